@@ -1,0 +1,22 @@
+//! The `OpenMedModel` API: the types, the CRD generated from them, and the one
+//! `validate` that the operator, `render` and `verify` all call.
+
+mod crd;
+pub mod names;
+pub mod rules;
+mod types;
+mod validate;
+
+pub use crd::{crd, crd_yaml, openapi_schema};
+pub use types::{
+    OpenMedModel, OpenMedModelSpec, OpenMedModelStatus, Phase, RolloutStrategy, StrategyType,
+    TargetRef, Tier,
+};
+pub use validate::{FieldError, TargetFacts, validate, validate_spec};
+
+/// API group of the resource.
+pub const GROUP: &str = "openmed.ai";
+/// API version of the resource, as written in `apiVersion`.
+pub const API_VERSION: &str = "openmed.ai/v1alpha1";
+/// Kind of the resource.
+pub const KIND: &str = "OpenMedModel";

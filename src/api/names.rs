@@ -1,0 +1,42 @@
+//! Names on the wire: annotations, labels, keys and the field manager.
+//!
+//! Every one of these is part of the compatibility contract with the earlier
+//! Python operator or with users' manifests; changing one breaks clusters.
+
+/// Field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "openmed-operator";
+
+/// Annotation naming the owning resource, `<namespace>/<name>`, on the
+/// ConfigMap, the Deployment and its pod template.
+pub const MODEL_RESOURCE_ANNOTATION: &str = "openmed.ai/model-resource";
+
+/// Pod-template annotation holding the manifest hash; changing it rolls pods.
+pub const MANIFEST_HASH_ANNOTATION: &str = "openmed.ai/model-manifest-hash";
+
+/// Annotation a user sets on an OpenMedModel to roll back to a retained version.
+pub const ROLLBACK_TO_ANNOTATION: &str = "openmed.ai/rollback-to";
+
+/// Annotation that explains why a known-failed version is tried again.
+pub const RETRY_REASON_ANNOTATION: &str = "openmed.ai/retry-reason";
+
+/// Label the operator puts on Deployments it manages, so it can watch only those.
+pub const OPERATED_BY_LABEL: &str = "openmed.ai/operated-by";
+
+/// Opt-in label a Deployment carries when `--require-target-label` is on.
+pub const MANAGED_OPT_IN_LABEL: &str = "openmed.ai/managed";
+
+/// Standard label on objects the operator creates.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
+/// Label on the ConfigMap naming the model family.
+pub const FAMILY_LABEL: &str = "openmed.ai/model-family";
+
+/// The container variable (and ConfigMap key) that tells the service which
+/// model to preload before `/readyz` passes.
+pub const PRELOAD_ENV: &str = "OPENMED_SERVICE_PRELOAD_MODELS";
+
+/// ConfigMap key holding the manifest.
+pub const MANIFEST_KEY: &str = "manifest.json";
+
+/// Finalizer that lets the operator release the target on deletion.
+pub const FINALIZER: &str = "openmed.ai/release-target";

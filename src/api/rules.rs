@@ -1,0 +1,78 @@
+//! The value rules of the `OpenMedModel` API, written once.
+//!
+//! The CRD schema embeds these patterns and bounds (see `types.rs`), and
+//! `validate` enforces the same generated schema, so the API server and the
+//! offline tools can never disagree about what is valid. The earlier Python
+//! operator used the same rules; changing one is a breaking API change.
+
+/// A model family: a letter, then letters, digits, `.`, `_` or `-`, at most 63 characters.
+pub const FAMILY_PATTERN: &str = r"^[A-Za-z](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$";
+
+/// A version pointer: a Hugging Face style name, optionally with a revision
+/// or digest (`OpenMed/pii-v2`, `hf.co/OpenMed/x@sha256:...`), at most 253 characters.
+pub const VERSION_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9._:@/+~-]{0,252}$";
+
+/// An RFC 1123 DNS subdomain (names of Deployments and ConfigMaps).
+pub const DNS_SUBDOMAIN_PATTERN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// Maximum length of a DNS subdomain.
+pub const DNS_SUBDOMAIN_MAX: usize = 253;
+
+/// An RFC 1123 DNS label (container names).
+pub const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// Maximum length of a DNS label.
+pub const DNS_LABEL_MAX: usize = 63;
+
+/// The percent form of `maxSurge` / `maxUnavailable`: `0%` to `100%`, no leading zeros.
+pub const PERCENT_PATTERN: &str = r"^(100|[1-9]?[0-9])%$";
+
+/// Bounds of `spec.replicas`.
+pub const REPLICAS_MIN: i64 = 1;
+/// Bounds of `spec.replicas`.
+pub const REPLICAS_MAX: i64 = 1000;
+
+/// The CEL rule (and its message) that forbids a rolling update that can make no progress.
+///
+/// `maxSurge` and `maxUnavailable` are int-or-string (`dyn` in CEL), so each is
+/// compared with both zero forms; CEL's heterogeneous equality makes the
+/// comparison with the other type false rather than an error.
+pub const ZERO_ZERO_RULE: &str = "self.type != 'RollingUpdate' || !(has(self.maxSurge) && (self.maxSurge == 0 || self.maxSurge == '0%') && has(self.maxUnavailable) && (self.maxUnavailable == 0 || self.maxUnavailable == '0%'))";
+/// Message of [`ZERO_ZERO_RULE`].
+pub const ZERO_ZERO_MESSAGE: &str =
+    "RollingUpdate cannot set both maxUnavailable and maxSurge to zero";
+
+/// True when `s` is an RFC 1123 DNS subdomain whose every label has at most 63 characters.
+///
+/// This is Kubernetes' own rule for object names (`IsDNS1123Subdomain`
+/// checks the length and the pattern; the per-label limit is what the
+/// earlier operator also required before using a derived ConfigMap name).
+pub fn is_dns_subdomain_with_short_labels(s: &str) -> bool {
+    is_dns_subdomain(s) && s.split('.').all(|label| label.len() <= DNS_LABEL_MAX)
+}
+
+/// True when `s` is an RFC 1123 DNS subdomain (at most 253 characters).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= DNS_SUBDOMAIN_MAX && regex(DNS_SUBDOMAIN_PATTERN).is_match(s)
+}
+
+/// Compiled form of one of the patterns above, built once per process.
+///
+/// Patterns come from this module or from the generated CRD schema, a small
+/// fixed set, so each is compiled once and kept for the life of the process.
+pub fn regex(pattern: &str) -> &'static regex::Regex {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, &'static regex::Regex>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .expect("regex cache");
+    if let Some(re) = cache.get(pattern) {
+        return re;
+    }
+    let re: &'static regex::Regex = Box::leak(Box::new(
+        regex::Regex::new(pattern).expect("the API's patterns are valid regular expressions"),
+    ));
+    cache.insert(pattern.to_owned(), re);
+    re
+}

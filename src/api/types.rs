@@ -1,0 +1,382 @@
+//! The `OpenMedModel` resource (`openmed.ai/v1alpha1`): spec and status types.
+//!
+//! These types are the API. The CRD is generated from them (`crd.rs`), and
+//! their doc comments become the descriptions that `kubectl explain
+//! openmedmodel.spec` prints, so they are written for the people who edit
+//! these resources. Field names, defaults and status fields are wire
+//! compatible with the earlier Python operator: a cluster can switch between
+//! the two without a pod restart or lost rollback history.
+//!
+//! No type here uses `#[serde(deny_unknown_fields)]`: schemars would turn it
+//! into `additionalProperties: false`, which the API server rejects in a
+//! structural schema. Unknown fields are rejected by `validate` instead (and
+//! by the API server's strict field validation).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::rules;
+
+/// The model an existing OpenMed REST Deployment serves, declared in Git.
+///
+/// The operator writes the model pointer into a ConfigMap it owns, points the
+/// target container's `OPENMED_SERVICE_PRELOAD_MODELS` variable at it and
+/// hashes the manifest into the pod template, so a version change rolls the
+/// pods, which warm the model before `/readyz` passes. A version that never
+/// becomes ready is rolled back to the last successful one.
+// clippy reads the repeated `printcolumn(type_ = ...)` arguments as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "openmed.ai",
+    version = "v1alpha1",
+    kind = "OpenMedModel",
+    namespaced,
+    shortname = "omm",
+    category = "all",
+    status = "OpenMedModelStatus",
+    derive = "PartialEq",
+    doc = "OpenMedModel declares which model an existing OpenMed REST Deployment serves. The operator writes the model pointer into an owned ConfigMap, wires the target container's OPENMED_SERVICE_PRELOAD_MODELS variable to it, rolls the pods so they warm the model before /readyz passes, and rolls back to the last successful version when a rollout fails.",
+    printcolumn(name = "Family", type_ = "string", json_path = ".spec.family"),
+    printcolumn(name = "Tier", type_ = "string", json_path = ".spec.tier"),
+    printcolumn(name = "Desired", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Active", type_ = "string", json_path = ".status.activeVersion"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenMedModelSpec {
+    /// Model family to serve, for example `pii` or `disease-detection`: a
+    /// letter followed by letters, digits, `.`, `_` or `-`, at most 63
+    /// characters.
+    #[schemars(regex(pattern = rules::FAMILY_PATTERN))]
+    pub family: String,
+
+    /// Version pointer of the model to preload, for example
+    /// `OpenMed/synthetic-pii-v2` or `hf.co/OpenMed/Disease-Det@sha256:...`.
+    /// Changing it is a rollout. Prefer an immutable revision or digest over a
+    /// moving name such as `latest`.
+    #[schemars(regex(pattern = rules::VERSION_PATTERN))]
+    pub version: String,
+
+    /// Size tier of the model: one of Tiny, Small, Medium, Base, Large,
+    /// XLarge, Accurate-XLarge.
+    pub tier: Tier,
+
+    /// Number of pods of the target Deployment (1 to 1000). Omit it to leave
+    /// the Deployment's own replica count alone. Never written while a
+    /// HorizontalPodAutoscaler scales the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub replicas: Option<i32>,
+
+    /// How the target's pods are replaced when the model changes, and what
+    /// happens when the new model fails to become ready.
+    #[serde(default)]
+    pub rollout_strategy: RolloutStrategy,
+
+    /// The Deployment that serves the model. Defaults to a Deployment with the
+    /// same name as this resource, container `openmed-service`.
+    #[serde(default)]
+    pub target_ref: TargetRef,
+
+    /// Name of the ConfigMap that holds the model manifest. Defaults to
+    /// `<name>-model-manifest`, shortened with a hash suffix when that is not a
+    /// valid name. The operator creates and owns this ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        regex(pattern = rules::DNS_SUBDOMAIN_PATTERN),
+        length(max = rules::DNS_SUBDOMAIN_MAX)
+    )]
+    pub manifest_config_map_name: Option<String>,
+}
+
+/// Size tier of a model.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Tier {
+    /// The smallest models.
+    Tiny,
+    /// Small models.
+    Small,
+    /// Medium models.
+    Medium,
+    /// Base models.
+    Base,
+    /// Large models.
+    Large,
+    /// Extra large models.
+    XLarge,
+    /// The most accurate extra large models.
+    #[serde(rename = "Accurate-XLarge")]
+    AccurateXLarge,
+}
+
+impl Tier {
+    /// The name as written in the resource.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Tiny => "Tiny",
+            Tier::Small => "Small",
+            Tier::Medium => "Medium",
+            Tier::Base => "Base",
+            Tier::Large => "Large",
+            Tier::XLarge => "XLarge",
+            Tier::AccurateXLarge => "Accurate-XLarge",
+        }
+    }
+}
+
+/// How the target's pods are replaced, and what happens on failure.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": rules::ZERO_ZERO_RULE,
+    "message": rules::ZERO_ZERO_MESSAGE,
+}]))]
+pub struct RolloutStrategy {
+    /// `RollingUpdate` (default) replaces pods gradually and keeps serving the
+    /// old model until new pods are ready; `Recreate` stops all old pods
+    /// first, for nodes that cannot hold two copies of a large model.
+    #[serde(rename = "type", default)]
+    pub type_: StrategyType,
+
+    /// RollingUpdate only: how many pods may be unavailable during the
+    /// rollout, as a number or a percentage (`0%` to `100%`). Default 0, so
+    /// capacity never drops while the new model warms.
+    #[serde(default = "default_max_unavailable")]
+    #[schemars(schema_with = "int_or_percent_schema")]
+    pub max_unavailable: IntOrString,
+
+    /// RollingUpdate only: how many extra pods may be created during the
+    /// rollout, as a number or a percentage (`0%` to `100%`). Default 1.
+    #[serde(default = "default_max_surge")]
+    #[schemars(schema_with = "int_or_percent_schema")]
+    pub max_surge: IntOrString,
+
+    /// Seconds the new model may take to become ready before the rollout is
+    /// declared failed (the Deployment's `progressDeadlineSeconds`). Must exceed
+    /// the target's `minReadySeconds`. Default 600.
+    #[serde(default = "default_progress_deadline")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: i32,
+
+    /// Roll back to the last successful version when a rollout fails.
+    /// Default true.
+    #[serde(default = "default_true")]
+    pub rollback_on_failure: bool,
+}
+
+impl Default for RolloutStrategy {
+    fn default() -> Self {
+        Self {
+            type_: StrategyType::default(),
+            max_unavailable: default_max_unavailable(),
+            max_surge: default_max_surge(),
+            progress_deadline_seconds: default_progress_deadline(),
+            rollback_on_failure: true,
+        }
+    }
+}
+
+/// Deployment strategy used to replace the target's pods.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum StrategyType {
+    /// Replace pods gradually.
+    #[default]
+    RollingUpdate,
+    /// Stop all old pods before starting new ones.
+    Recreate,
+}
+
+impl StrategyType {
+    /// The name as written in the resource.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StrategyType::RollingUpdate => "RollingUpdate",
+            StrategyType::Recreate => "Recreate",
+        }
+    }
+}
+
+/// The Deployment and container that serve the model.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetRef {
+    /// Name of the Deployment in this namespace. Defaults to the name of this
+    /// OpenMedModel. The operator never creates or deletes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        regex(pattern = rules::DNS_SUBDOMAIN_PATTERN),
+        length(max = rules::DNS_SUBDOMAIN_MAX)
+    )]
+    pub name: Option<String>,
+
+    /// Name of the container that runs the OpenMed service. Default
+    /// `openmed-service`.
+    #[serde(default = "default_container_name")]
+    #[schemars(
+        regex(pattern = rules::DNS_LABEL_PATTERN),
+        length(max = rules::DNS_LABEL_MAX)
+    )]
+    pub container_name: String,
+}
+
+impl Default for TargetRef {
+    fn default() -> Self {
+        Self {
+            name: None,
+            container_name: default_container_name(),
+        }
+    }
+}
+
+/// What the operator observed and did, written only by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenMedModelStatus {
+    /// The `metadata.generation` this status describes. Equal to the current
+    /// generation once the operator has seen the latest change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Lifecycle phase: Pending, RollingOut, Ready, Failed or RolledBack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+
+    /// The version `spec.version` asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_version: Option<String>,
+
+    /// The version the target's available pods serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_version: Option<String>,
+
+    /// Hash of the normalized spec that `spec` asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_spec_hash: Option<String>,
+
+    /// Hash of the normalized spec last written to the target (differs from
+    /// `desiredSpecHash` after a rollback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_spec_hash: Option<String>,
+
+    /// Hash of the normalized spec whose rollout failed; it is not retried
+    /// until the spec changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_spec_hash: Option<String>,
+
+    /// Hash of the manifest written to the ConfigMap, as found in the pod
+    /// template annotation `openmed.ai/model-manifest-hash`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest_hash: Option<String>,
+
+    /// The Deployment `metadata.generation` produced by the operator's last
+    /// write; progress is judged against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_deployment_generation: Option<i64>,
+
+    /// Number of rollbacks performed for this resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_count: Option<i64>,
+
+    /// The rollback in effect: `automatic:<version>` or `manual:<version>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_request: Option<String>,
+
+    /// The normalized spec of the last successful rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_successful_spec: Option<OpenMedModelSpec>,
+
+    /// The normalized spec of the successful rollout before the last one.
+    /// With `lastSuccessfulSpec`, the only versions a manual rollback accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_successful_spec: Option<OpenMedModelSpec>,
+
+    /// The normalized spec a rollback restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_spec: Option<OpenMedModelSpec>,
+
+    /// Standard conditions: Ready, Progressing, Degraded, RolledBack,
+    /// Reconciling and Stalled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Lifecycle phase of an OpenMedModel.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Not yet acted on, or waiting for its target.
+    Pending,
+    /// A new model is being rolled out.
+    RollingOut,
+    /// The desired model is served by all pods.
+    Ready,
+    /// A rollout failed and nothing could be restored.
+    Failed,
+    /// A rollout failed and the last successful model was restored.
+    RolledBack,
+}
+
+impl Phase {
+    /// The name as written in the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::RollingOut => "RollingOut",
+            Phase::Ready => "Ready",
+            Phase::Failed => "Failed",
+            Phase::RolledBack => "RolledBack",
+        }
+    }
+}
+
+fn default_max_unavailable() -> IntOrString {
+    IntOrString::Int(0)
+}
+
+fn default_max_surge() -> IntOrString {
+    IntOrString::Int(1)
+}
+
+fn default_progress_deadline() -> i32 {
+    600
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_container_name() -> String {
+    "openmed-service".to_owned()
+}
+
+/// Schema of `maxSurge` / `maxUnavailable`: an integer ≥ 0 or a percentage.
+///
+/// The API server accepts an int-or-string field only as
+/// `x-kubernetes-int-or-string` with `anyOf: [integer, string]`, optionally
+/// inside `allOf`. Value checks may not go inside that `anyOf`, so the
+/// percent pattern and the minimum sit beside it in the `allOf`: `pattern`
+/// applies only to strings and `minimum` only to numbers.
+fn int_or_percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "allOf": [
+            { "anyOf": [{ "type": "integer" }, { "type": "string" }] },
+            { "pattern": rules::PERCENT_PATTERN },
+            { "minimum": 0 }
+        ]
+    })
+}

@@ -1,0 +1,15 @@
+//! openmed-op: makes the model served by an OpenMed REST Deployment declarative.
+//!
+//! A functional core shared by three thin shells:
+//!
+//! - [`api`]: the `OpenMedModel` types, the CRD and the one `validate`;
+//! - [`plan`]: from a valid spec, the exact objects to write (pure);
+//! - [`rollout`]: the rollout state machine as a pure function (pure);
+//! - shells: [`render`] (files), the operator (`run`, kube API) and `verify`
+//!   (Git objects), which only read inputs and carry out decisions.
+
+pub mod api;
+pub mod plan;
+pub mod render;
+pub mod rollout;
+pub mod source;

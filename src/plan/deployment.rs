@@ -1,0 +1,358 @@
+//! The Deployment fields the operator owns, and the three ways to write them.
+//!
+//! One [`DeploymentFields`] value says what the target must look like; each
+//! writer uses the idiom of its merge mechanism for "this entry is exactly
+//! that":
+//!
+//! - [`DeploymentFields::apply_body`]: a server-side apply body holding only
+//!   these fields (what the operator sends);
+//! - [`DeploymentFields::apply_to`]: the fields set on a full Deployment
+//!   (what `render` prints, and how the operator detects drift: if applying
+//!   changes nothing, nothing drifted);
+//! - [`DeploymentFields::strategic_patch`]: a strategic-merge patch for
+//!   kustomize `patches:` when the Deployment is not in the rendered input.
+
+use serde_json::{Map, Value, json};
+
+use super::{ResourceId, TargetOptions};
+use crate::api::names::{
+    FIELD_MANAGER, MANIFEST_HASH_ANNOTATION, MODEL_RESOURCE_ANNOTATION, OPERATED_BY_LABEL,
+    PRELOAD_ENV,
+};
+use crate::api::{OpenMedModelSpec, StrategyType};
+
+/// Where the container's `OPENMED_SERVICE_PRELOAD_MODELS` comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preload {
+    /// From the owned ConfigMap of this name (a managed target).
+    FromConfigMap(String),
+    /// Empty: a released target preloads nothing.
+    Released,
+}
+
+/// The fields of one Deployment that the operator owns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeploymentFields {
+    /// Namespace of the Deployment.
+    pub namespace: String,
+    /// Name of the Deployment.
+    pub name: String,
+    /// Container whose environment carries the model pointer.
+    pub container: String,
+    /// The model pointer variable.
+    pub preload: Preload,
+    /// Pod-template annotation `openmed.ai/model-manifest-hash`.
+    pub manifest_hash: String,
+    /// `openmed.ai/model-resource` on the Deployment and its pod template,
+    /// and the watch label; `None` once released.
+    pub owner: Option<String>,
+    /// `spec.replicas`; `None` leaves it alone.
+    pub replicas: Option<i32>,
+    /// `spec.strategy`, as the Deployment API spells it; `None` leaves it alone.
+    pub strategy: Option<Value>,
+    /// `spec.progressDeadlineSeconds`; `None` leaves it alone.
+    pub progress_deadline_seconds: Option<i32>,
+}
+
+/// The target has no container of the configured name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("container {wanted:?} not found in Deployment {deployment}; it has: {}", if .available.is_empty() { "no containers".to_owned() } else { .available.join(", ") })]
+pub struct ContainerNotFound {
+    /// `<namespace>/<name>` of the Deployment.
+    pub deployment: String,
+    /// The configured container name.
+    pub wanted: String,
+    /// The containers that do exist.
+    pub available: Vec<String>,
+}
+
+impl DeploymentFields {
+    /// The fields of a managed target for a normalized spec.
+    pub fn managed(
+        resource: &ResourceId,
+        normalized: &OpenMedModelSpec,
+        manifest_hash: &str,
+        target: TargetOptions,
+    ) -> Self {
+        let rollout = &normalized.rollout_strategy;
+        let strategy = match rollout.type_ {
+            StrategyType::RollingUpdate => json!({
+                "type": "RollingUpdate",
+                "rollingUpdate": {
+                    "maxSurge": rollout.max_surge,
+                    "maxUnavailable": rollout.max_unavailable,
+                },
+            }),
+            StrategyType::Recreate => json!({ "type": "Recreate" }),
+        };
+        DeploymentFields {
+            namespace: resource.namespace.clone(),
+            name: normalized
+                .target_ref
+                .name
+                .clone()
+                .expect("a normalized spec names its target"),
+            container: normalized.target_ref.container_name.clone(),
+            preload: Preload::FromConfigMap(
+                normalized
+                    .manifest_config_map_name
+                    .clone()
+                    .expect("a normalized spec names its ConfigMap"),
+            ),
+            manifest_hash: manifest_hash.to_owned(),
+            owner: Some(resource.key()),
+            replicas: if target.autoscaled {
+                None
+            } else {
+                normalized.replicas
+            },
+            strategy: Some(strategy),
+            progress_deadline_seconds: Some(rollout.progress_deadline_seconds),
+        }
+    }
+
+    /// The released form written on deletion or when the target changes:
+    /// the variable is emptied and the template hash is that of an empty
+    /// manifest, so pods restart without a preloaded model, and the
+    /// ownership marks are gone.
+    ///
+    /// `replicas`, `strategy` and `progressDeadlineSeconds` keep the values
+    /// `observed` on the Deployment: with server-side apply, a field that
+    /// its only manager stops applying is removed and re-defaulted, which
+    /// would scale the Deployment to one pod.
+    pub fn released(namespace: &str, name: &str, container: &str, observed: &Value) -> Self {
+        let spec = observed.get("spec");
+        let field = |key: &str| spec.and_then(|s| s.get(key)).cloned();
+        DeploymentFields {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            container: container.to_owned(),
+            preload: Preload::Released,
+            manifest_hash: super::released_manifest_hash(),
+            owner: None,
+            replicas: field("replicas").and_then(|v| v.as_i64()).map(|r| r as i32),
+            strategy: field("strategy"),
+            progress_deadline_seconds: field("progressDeadlineSeconds")
+                .and_then(|v| v.as_i64())
+                .map(|d| d as i32),
+        }
+    }
+
+    /// The env entry as stored by the API server.
+    fn env_entry(&self) -> Value {
+        match &self.preload {
+            Preload::FromConfigMap(config_map) => json!({
+                "name": PRELOAD_ENV,
+                "valueFrom": { "configMapKeyRef": { "name": config_map, "key": PRELOAD_ENV } },
+            }),
+            // The API server drops an empty `value`, so this is how an
+            // empty variable is stored.
+            Preload::Released => json!({ "name": PRELOAD_ENV }),
+        }
+    }
+
+    fn template_annotations(&self) -> Map<String, Value> {
+        let mut annotations = Map::new();
+        annotations.insert(MANIFEST_HASH_ANNOTATION.into(), json!(self.manifest_hash));
+        if let Some(owner) = &self.owner {
+            annotations.insert(MODEL_RESOURCE_ANNOTATION.into(), json!(owner));
+        }
+        annotations
+    }
+
+    fn spec_fields(&self) -> Map<String, Value> {
+        let mut spec = Map::new();
+        if let Some(replicas) = self.replicas {
+            spec.insert("replicas".into(), json!(replicas));
+        }
+        if let Some(deadline) = self.progress_deadline_seconds {
+            spec.insert("progressDeadlineSeconds".into(), json!(deadline));
+        }
+        if let Some(strategy) = &self.strategy {
+            spec.insert("strategy".into(), strategy.clone());
+        }
+        spec
+    }
+
+    /// Server-side apply body with exactly the fields the operator owns.
+    ///
+    /// The env entry also sets `value: ""`: when another manager wrote a
+    /// literal value for the variable, applying `""` with force takes that
+    /// field over and empties it, where leaving it out would keep both
+    /// `value` and `valueFrom` and the API server would refuse the
+    /// Deployment. The server stores an empty value as absent.
+    pub fn apply_body(&self) -> Value {
+        let mut env = self.env_entry();
+        env["value"] = json!("");
+        let mut metadata = json!({ "name": self.name, "namespace": self.namespace });
+        if let Some(owner) = &self.owner {
+            metadata["annotations"] = json!({ MODEL_RESOURCE_ANNOTATION: owner });
+            metadata["labels"] = json!({ OPERATED_BY_LABEL: FIELD_MANAGER });
+        }
+        let mut spec = self.spec_fields();
+        spec.insert(
+            "template".into(),
+            json!({
+                "metadata": { "annotations": self.template_annotations() },
+                "spec": { "containers": [{ "name": self.container, "env": [env] }] },
+            }),
+        );
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata,
+            "spec": spec,
+        })
+    }
+
+    /// A strategic-merge patch for kustomize `patches:`. `value: null`
+    /// deletes a literal value the base may set, and `rollingUpdate: null`
+    /// clears rolling-update settings under `Recreate`.
+    pub fn strategic_patch(&self) -> Value {
+        let mut env = self.env_entry();
+        env["value"] = Value::Null;
+        let mut metadata = json!({ "name": self.name, "namespace": self.namespace });
+        if let Some(owner) = &self.owner {
+            metadata["annotations"] = json!({ MODEL_RESOURCE_ANNOTATION: owner });
+            metadata["labels"] = json!({ OPERATED_BY_LABEL: FIELD_MANAGER });
+        }
+        let mut spec = self.spec_fields();
+        if let Some(strategy) = spec.get_mut("strategy")
+            && strategy.get("rollingUpdate").is_none()
+        {
+            strategy["rollingUpdate"] = Value::Null;
+        }
+        spec.insert(
+            "template".into(),
+            json!({
+                "metadata": { "annotations": self.template_annotations() },
+                "spec": { "containers": [{ "name": self.container, "env": [env] }] },
+            }),
+        );
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata,
+            "spec": spec,
+        })
+    }
+
+    /// Sets these fields on a full Deployment object, leaving everything else
+    /// as it is. The env entry keeps its position; a released target loses
+    /// the ownership annotations and label.
+    pub fn apply_to(&self, deployment: &mut Value) -> Result<(), ContainerNotFound> {
+        let missing = ContainerNotFound {
+            deployment: format!("{}/{}", self.namespace, self.name),
+            wanted: self.container.clone(),
+            available: container_names(deployment),
+        };
+        let container = find_container(deployment, &self.container).ok_or(missing)?;
+        let env = &mut container["env"];
+        if !env.is_array() {
+            *env = json!([]);
+        }
+        let entries = env.as_array_mut().expect("env is a list");
+        let entry = self.env_entry();
+        match entries
+            .iter_mut()
+            .find(|e| e.get("name").and_then(Value::as_str) == Some(PRELOAD_ENV))
+        {
+            Some(existing) => *existing = entry,
+            None => entries.push(entry),
+        }
+
+        let template_meta = object_at(deployment, &["spec", "template", "metadata"]);
+        let annotations = object_in(template_meta, "annotations");
+        annotations.insert(MANIFEST_HASH_ANNOTATION.into(), json!(self.manifest_hash));
+        set_or_remove(
+            annotations,
+            MODEL_RESOURCE_ANNOTATION,
+            self.owner.as_deref(),
+        );
+        drop_if_empty(template_meta, "annotations");
+
+        let meta = object_at(deployment, &["metadata"]);
+        set_or_remove(
+            object_in(meta, "annotations"),
+            MODEL_RESOURCE_ANNOTATION,
+            self.owner.as_deref(),
+        );
+        drop_if_empty(meta, "annotations");
+        let operated_by = self.owner.as_ref().map(|_| FIELD_MANAGER);
+        set_or_remove(object_in(meta, "labels"), OPERATED_BY_LABEL, operated_by);
+        drop_if_empty(meta, "labels");
+
+        let spec = object_at(deployment, &["spec"]);
+        for (key, value) in self.spec_fields() {
+            spec.insert(key, value);
+        }
+        Ok(())
+    }
+}
+
+/// The container of that name in a Deployment's pod template.
+fn find_container<'a>(deployment: &'a mut Value, name: &str) -> Option<&'a mut Value> {
+    deployment
+        .pointer_mut("/spec/template/spec/containers")?
+        .as_array_mut()?
+        .iter_mut()
+        .find(|c| c.get("name").and_then(Value::as_str) == Some(name))
+}
+
+/// Names of the containers in a Deployment's pod template.
+pub fn container_names(deployment: &Value) -> Vec<String> {
+    deployment
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The object at `path`, created (replacing a non-object) when missing.
+fn object_at<'a>(root: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
+    let mut node = root;
+    for key in path {
+        if !node.is_object() {
+            *node = json!({});
+        }
+        let map = node.as_object_mut().expect("just made an object");
+        node = map.entry(key.to_string()).or_insert_with(|| json!({}));
+    }
+    if !node.is_object() {
+        *node = json!({});
+    }
+    node.as_object_mut().expect("just made an object")
+}
+
+fn object_in<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let node = map.entry(key.to_owned()).or_insert_with(|| json!({}));
+    if !node.is_object() {
+        *node = json!({});
+    }
+    node.as_object_mut().expect("just made an object")
+}
+
+fn set_or_remove(map: &mut Map<String, Value>, key: &str, value: Option<&str>) {
+    match value {
+        Some(v) => {
+            map.insert(key.to_owned(), json!(v));
+        }
+        None => {
+            map.remove(key);
+        }
+    }
+}
+
+fn drop_if_empty(map: &mut Map<String, Value>, key: &str) {
+    if map
+        .get(key)
+        .and_then(Value::as_object)
+        .is_some_and(Map::is_empty)
+    {
+        map.remove(key);
+    }
+}

@@ -1,0 +1,158 @@
+//! From a valid spec, the exact objects to write. Pure and deterministic:
+//! same input, same bytes, always.
+//!
+//! `render` prints a [`Plan`] and the operator applies it, so what a GitOps
+//! diff shows is what the operator writes. The values match the earlier
+//! Python operator byte for byte (see the wire-compatibility vectors).
+
+pub mod canonical;
+mod config_map;
+mod deployment;
+
+use serde::Serialize;
+use serde_json::json;
+
+pub use config_map::config_map;
+pub use deployment::{ContainerNotFound, DeploymentFields, Preload};
+
+use crate::api::{API_VERSION, OpenMedModelSpec, TargetRef};
+use canonical::{hex, sha256_tag, to_canonical_json};
+
+/// The resource a plan is for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceId {
+    /// Namespace of the OpenMedModel (and of its target and ConfigMap).
+    pub namespace: String,
+    /// Name of the OpenMedModel.
+    pub name: String,
+    /// UID, when the resource exists in a cluster: the ConfigMap's owner reference needs it.
+    pub uid: Option<String>,
+}
+
+impl ResourceId {
+    /// `<namespace>/<name>`, the value of the ownership annotation.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Facts about the target that change what is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TargetOptions {
+    /// A HorizontalPodAutoscaler scales the target: `replicas` is left to it.
+    pub autoscaled: bool,
+}
+
+/// Everything the operator writes for one resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The resource.
+    pub resource: ResourceId,
+    /// The spec with every default filled in, as kept in status.
+    pub normalized: OpenMedModelSpec,
+    /// `sha256:` hash of the normalized spec (`status.desiredSpecHash`).
+    pub spec_hash: String,
+    /// Exact value of the ConfigMap key `manifest.json`.
+    pub manifest_json: String,
+    /// Pod-template annotation value (`status.manifestHash`).
+    pub manifest_hash: String,
+    /// The owned ConfigMap.
+    pub config_map: k8s_openapi::api::core::v1::ConfigMap,
+    /// The Deployment fields the operator owns.
+    pub deployment: DeploymentFields,
+}
+
+/// Plans the objects for `spec` (already validated).
+pub fn plan(resource: &ResourceId, spec: &OpenMedModelSpec, target: TargetOptions) -> Plan {
+    let normalized = normalize(&resource.name, spec);
+    let manifest = manifest(&normalized);
+    let manifest_hash = manifest_hash_of(&manifest);
+    let manifest_json = format!("{}\n", to_canonical_json(&manifest));
+    let config_map = config_map(resource, &normalized, &manifest_json);
+    let deployment = DeploymentFields::managed(resource, &normalized, &manifest_hash, target);
+    Plan {
+        resource: resource.clone(),
+        spec_hash: spec_hash(&normalized),
+        manifest_json,
+        manifest_hash,
+        config_map,
+        deployment,
+        normalized,
+    }
+}
+
+/// The spec with every default filled in: the target defaults to the
+/// resource's name, the ConfigMap name is resolved. Idempotent.
+pub fn normalize(name: &str, spec: &OpenMedModelSpec) -> OpenMedModelSpec {
+    let mut normalized = spec.clone();
+    let target_name = spec
+        .target_ref
+        .name
+        .clone()
+        .unwrap_or_else(|| name.to_owned());
+    normalized.target_ref = TargetRef {
+        name: Some(target_name),
+        container_name: spec.target_ref.container_name.clone(),
+    };
+    normalized.manifest_config_map_name = Some(config_map_name(name, spec));
+    normalized
+}
+
+/// `sha256:` hash of the canonical JSON of a normalized spec.
+pub fn spec_hash(normalized: &OpenMedModelSpec) -> String {
+    sha256_tag(to_canonical_json(&to_json(normalized)).as_bytes())
+}
+
+/// Name of the owned ConfigMap: `spec.manifestConfigMapName`, else
+/// `<name>-model-manifest` when that is a valid name, else a shortened name
+/// with a hash suffix (the earlier operator's rule, kept exactly).
+pub fn config_map_name(name: &str, spec: &OpenMedModelSpec) -> String {
+    if let Some(explicit) = &spec.manifest_config_map_name {
+        return explicit.clone();
+    }
+    let plain = format!("{name}-model-manifest");
+    if crate::api::rules::is_dns_subdomain_with_short_labels(&plain) {
+        return plain;
+    }
+    let digest = hex(&sha2::Sha256::digest(plain.as_bytes()));
+    let keep = 63 - "model-manifest".len() - 10 - 2;
+    let prefix: String = name.replace('.', "-").chars().take(keep).collect();
+    format!(
+        "{}-model-manifest-{}",
+        prefix.trim_end_matches('-'),
+        &digest[..10]
+    )
+}
+
+use sha2::Digest as _;
+
+/// The model manifest the service reads.
+fn manifest(normalized: &OpenMedModelSpec) -> serde_json::Value {
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "OpenMedModelManifest",
+        "models": [{
+            "family": normalized.family,
+            "tier": normalized.tier.as_str(),
+            "version": normalized.version,
+        }],
+    })
+}
+
+fn manifest_hash_of(manifest: &serde_json::Value) -> String {
+    sha256_tag(to_canonical_json(manifest).as_bytes())
+}
+
+/// Hash of a manifest that preloads nothing: the pod-template annotation of
+/// a released target, so its pods restart without a preloaded model.
+pub fn released_manifest_hash() -> String {
+    manifest_hash_of(&json!({
+        "apiVersion": API_VERSION,
+        "kind": "OpenMedModelManifest",
+        "models": [],
+    }))
+}
+
+fn to_json<T: Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).expect("API types serialize to JSON")
+}
