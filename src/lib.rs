@@ -9,6 +9,9 @@
 //!   (Git objects), which only read inputs and carry out decisions.
 
 pub mod api;
+pub mod cli;
+pub mod findings;
+pub mod manifests;
 pub mod plan;
 pub mod render;
 pub mod rollout;

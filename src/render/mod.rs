@@ -1,1 +1,195 @@
-//! x
+//! `openmed-op render`: offline, exactly what `run` would write.
+//!
+//! The render shell reads documents, lets [`crate::manifests`] validate and
+//! plan them, and lays out the result as a stream a GitOps tool can apply or
+//! diff: every input document in order (non-OpenMedModels untouched), the
+//! target Deployment with the operator's fields set, and for each resource
+//! its ConfigMap and, when its Deployment is not in the input, a
+//! strategic-merge patch for kustomize `patches:`. Rendering its own output
+//! again gives the same output.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::findings::Finding;
+use crate::manifests::{self, Model};
+use crate::source::Document;
+
+/// What one render produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// The output stream, in order.
+    pub documents: Vec<Value>,
+    /// One row per OpenMedModel, for `--summary`.
+    pub rows: Vec<SummaryRow>,
+}
+
+/// One line of `render --summary`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SummaryRow {
+    /// `<namespace>/<name>` of the OpenMedModel.
+    pub resource: String,
+    /// `<deployment>/<container>`.
+    pub target: String,
+    /// The version pointer.
+    pub version: String,
+    /// The owned ConfigMap.
+    #[serde(rename = "configMap")]
+    pub config_map: String,
+    /// The pod-template annotation `openmed.ai/model-manifest-hash`.
+    #[serde(rename = "podTemplateHash")]
+    pub pod_template_hash: String,
+    /// Whether the Deployment was in the input (`full`) or a patch was emitted (`patch`).
+    pub output: &'static str,
+}
+
+/// Renders a set of documents; any finding means nothing is rendered.
+pub fn render(docs: &[Document], default_namespace: &str) -> Result<Rendered, Vec<Finding>> {
+    let resolved = manifests::resolve(docs, default_namespace);
+    if !resolved.findings.is_empty() {
+        return Err(resolved.findings);
+    }
+    let by_doc = |pick: fn(&Model) -> Option<usize>, i: usize| {
+        resolved.models.iter().find(|m| pick(m) == Some(i))
+    };
+    let mut documents = Vec::with_capacity(docs.len() + 2 * resolved.models.len());
+    for (i, doc) in docs.iter().enumerate() {
+        if let Some(model) = by_doc(|m| m.target_doc, i) {
+            let mut deployment = doc.value.clone();
+            model
+                .plan
+                .deployment
+                .apply_to(&mut deployment)
+                .expect("resolve checked the container");
+            documents.push(deployment);
+        } else if let Some(model) = by_doc(|m| m.config_map_doc, i) {
+            documents.push(config_map_document(model));
+        } else {
+            documents.push(doc.value.clone());
+        }
+        if let Some(model) = resolved.models.iter().find(|m| m.doc == i) {
+            if model.config_map_doc.is_none() {
+                documents.push(config_map_document(model));
+            }
+            if model.target_doc.is_none() {
+                documents.push(model.plan.deployment.strategic_patch());
+            }
+        }
+    }
+    let rows = resolved
+        .models
+        .iter()
+        .map(|m| SummaryRow {
+            resource: m.id.key(),
+            target: format!("{}/{}", m.plan.deployment.name, m.plan.deployment.container),
+            version: m.plan.normalized.version.clone(),
+            config_map: m.plan.config_map.metadata.name.clone().unwrap_or_default(),
+            pod_template_hash: m.plan.manifest_hash.clone(),
+            output: if m.target_doc.is_some() {
+                "full"
+            } else {
+                "patch"
+            },
+        })
+        .collect();
+    Ok(Rendered { documents, rows })
+}
+
+/// The ConfigMap as a document, keys in the order people read manifests.
+fn config_map_document(model: &Model) -> Value {
+    let mut value = serde_json::to_value(&model.plan.config_map).expect("a ConfigMap serializes");
+    if let Some(meta) = value.get_mut("metadata") {
+        order_keys(
+            meta,
+            &[
+                "name",
+                "namespace",
+                "labels",
+                "annotations",
+                "ownerReferences",
+            ],
+        );
+    }
+    order_keys(&mut value, &["apiVersion", "kind", "metadata", "data"]);
+    value
+}
+
+/// Moves `first` keys to the front, in that order; the rest keep theirs.
+fn order_keys(value: &mut Value, first: &[&str]) {
+    let Value::Object(map) = value else { return };
+    let mut ordered = Map::new();
+    for key in first {
+        if let Some(v) = map.remove(*key) {
+            ordered.insert((*key).to_owned(), v);
+        }
+    }
+    ordered.append(map);
+    *map = ordered;
+}
+
+/// A YAML stream, documents separated by `---`.
+pub fn to_yaml(documents: &[Value]) -> String {
+    let mut out = String::new();
+    for (i, doc) in documents.iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        out.push_str(&serde_yaml::to_string(doc).expect("JSON values serialize to YAML"));
+    }
+    out
+}
+
+/// A `v1` `List` holding the documents, as `kubectl get -o json` prints several objects.
+pub fn to_json(documents: &[Value]) -> String {
+    let list = json!({ "apiVersion": "v1", "kind": "List", "items": documents });
+    let mut out = serde_json::to_string_pretty(&list).expect("JSON values serialize");
+    out.push('\n');
+    out
+}
+
+/// The `--summary` table.
+pub fn summary_table(rows: &[SummaryRow]) -> String {
+    let header = [
+        "RESOURCE",
+        "TARGET",
+        "VERSION",
+        "CONFIGMAP",
+        "POD-TEMPLATE HASH",
+        "DEPLOYMENT",
+    ];
+    let cells: Vec<[&str; 6]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.resource.as_str(),
+                r.target.as_str(),
+                r.version.as_str(),
+                r.config_map.as_str(),
+                r.pod_template_hash.as_str(),
+                r.output,
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&cells) {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<w$}   ");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}

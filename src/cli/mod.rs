@@ -1,0 +1,184 @@
+//! The command line: argument parsing, exit codes, and the `crd` and
+//! `render` shells. Each subcommand reads its inputs, calls the core, and
+//! writes the result in one piece, so a failure never leaves half an output.
+
+mod watch;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::findings::Finding;
+use crate::render;
+use crate::source;
+
+/// Exit code: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: the input is invalid or a rule is violated (explained on stderr).
+pub const EXIT_FINDINGS: u8 = 1;
+/// Exit code: usage error, unreadable file, not YAML, not a Git repository.
+pub const EXIT_USAGE: u8 = 2;
+
+const AFTER_HELP: &str = "\
+Exit codes (every subcommand):
+  0  success
+  1  the input is invalid or a rule is violated (explained on stderr)
+  2  usage error, unreadable file, malformed YAML
+
+Run `openmed-op <command> --help` for each command's options and examples.";
+
+/// Declarative model versions for OpenMed REST Deployments.
+///
+/// An OpenMedModel (openmed.ai/v1alpha1) names the model family, version and
+/// tier an existing OpenMed Deployment serves. The operator (`run`) writes
+/// the model pointer into a ConfigMap, wires the Deployment to it, rolls the
+/// pods so they warm the model before /readyz passes, and rolls back to the
+/// last successful version when a rollout fails. `render` shows offline
+/// exactly what it would write.
+#[derive(Debug, Parser)]
+#[command(name = "openmed-op", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the OpenMedModel CustomResourceDefinition generated from the code.
+    ///
+    /// The output equals crds/openmedmodel.yaml. Install it with:
+    ///
+    ///   openmed-op crd | kubectl apply --server-side -f -
+    Crd,
+
+    /// Show offline exactly what the operator would write.
+    ///
+    /// Reads Kubernetes manifests (files, directories searched recursively
+    /// for *.yaml/*.yml in sorted order, or - for stdin) and writes them back
+    /// as one stream: documents that are not OpenMedModels pass through
+    /// unchanged and in order; each OpenMedModel is followed by the ConfigMap
+    /// the operator would own; its target Deployment, when present in the
+    /// input, gets the operator's fields (env entry, pod-template hash,
+    /// replicas, strategy, progress deadline); otherwise a strategic-merge
+    /// patch for kustomize `patches:` is emitted. The output is deterministic,
+    /// and rendering it again changes nothing.
+    ///
+    /// Nothing is written when any input is invalid: the problems go to
+    /// stderr with file, document, line and field.
+    #[command(after_help = "\
+Examples:
+  openmed-op render examples/                 # the bundled example
+  openmed-op render --summary examples/       # one line per OpenMedModel
+  kustomize build overlays/prod | openmed-op render -
+  openmed-op render --watch models/           # re-render on every save
+
+Exit codes: 0 rendered, 1 invalid OpenMedModel or conflict, 2 unreadable
+input or malformed YAML.")]
+    Render(RenderArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RenderArgs {
+    /// Files or directories to read; - reads stdin.
+    #[arg(required = true, value_name = "INPUT")]
+    inputs: Vec<PathBuf>,
+
+    /// Output format: a YAML stream, or a JSON v1 List.
+    #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
+    output: Format,
+
+    /// Print a table (resource, target, version, ConfigMap, pod-template
+    /// hash) instead of the manifests.
+    #[arg(long)]
+    summary: bool,
+
+    /// Namespace of documents that do not set one, as kubectl assumes.
+    #[arg(short, long, default_value = "default", value_name = "NAMESPACE")]
+    namespace: String,
+
+    /// Render again whenever an input file changes (not with stdin).
+    #[arg(long)]
+    watch: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Yaml,
+    Json,
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    ExitCode::from(match cli.command {
+        Command::Crd => {
+            print(&crate::api::crd_yaml());
+            EXIT_OK
+        }
+        Command::Render(args) if args.watch => {
+            let inputs = args.inputs.clone();
+            match watch::watch(&inputs, || {
+                let code = render_once(&args);
+                eprintln!(
+                    "openmed-op: render exited {code}; watching for changes (Ctrl-C to stop)"
+                );
+            }) {
+                Ok(()) => EXIT_OK,
+                Err(e) => {
+                    eprintln!("openmed-op: {e}");
+                    EXIT_USAGE
+                }
+            }
+        }
+        Command::Render(args) => render_once(&args),
+    })
+}
+
+fn render_once(args: &RenderArgs) -> u8 {
+    let docs = match source::read_inputs(&args.inputs) {
+        Ok(docs) => docs,
+        Err(e) => {
+            eprintln!("openmed-op: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    match render::render(&docs, &args.namespace) {
+        Ok(rendered) => {
+            print(&if args.summary {
+                render::summary_table(&rendered.rows)
+            } else {
+                match args.output {
+                    Format::Yaml => render::to_yaml(&rendered.documents),
+                    Format::Json => render::to_json(&rendered.documents),
+                }
+            });
+            EXIT_OK
+        }
+        Err(findings) => {
+            report(&findings);
+            EXIT_FINDINGS
+        }
+    }
+}
+
+/// Writes findings to stderr, then a one-line count.
+fn report(findings: &[Finding]) {
+    let mut err = std::io::stderr().lock();
+    for finding in findings {
+        let _ = writeln!(err, "{finding}");
+    }
+    let _ = writeln!(
+        err,
+        "openmed-op: {} problem{} found; nothing was written",
+        findings.len(),
+        if findings.len() == 1 { "" } else { "s" }
+    );
+}
+
+/// Writes the whole output at once; a closed pipe (`| head`) is not an error.
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}

@@ -1,0 +1,292 @@
+//! A set of manifests: the OpenMedModels in it, validated and planned
+//! against the Deployments beside them.
+//!
+//! `render` (files) and `verify` (Git trees) both start from a set of YAML
+//! documents and must judge it the same way: the shared `validate`, the
+//! checks that need the target (its container, its `minReadySeconds`), and
+//! the rule that one Deployment and one ConfigMap have one owner. That
+//! judgement lives here, pure, once.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::api::{self, TargetFacts};
+use crate::findings::Finding;
+use crate::plan::{self, Plan, ResourceId, TargetOptions};
+use crate::source::Document;
+
+/// Rule ids shared by every report.
+pub mod rule {
+    /// The resource fails `validate`.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// An `openmed.ai` kind at an API version this build does not know.
+    pub const UNSUPPORTED_VERSION: &str = "UnsupportedVersion";
+    /// The target Deployment has no container of the configured name.
+    pub const CONTAINER_NOT_FOUND: &str = "ContainerNotFound";
+    /// Two resources claim one Deployment or one ConfigMap.
+    pub const TARGET_CONFLICT: &str = "TargetConflict";
+}
+
+/// One OpenMedModel of the set, valid and planned.
+#[derive(Debug, Clone)]
+pub struct Model {
+    /// Index of its document in the set.
+    pub doc: usize,
+    /// The resource, with its namespace resolved.
+    pub id: ResourceId,
+    /// What the operator would write for it.
+    pub plan: Plan,
+    /// Index of the target Deployment's document, when the set contains it.
+    pub target_doc: Option<usize>,
+    /// Index of a ConfigMap document this resource already owns (an earlier
+    /// render's output), which the plan replaces.
+    pub config_map_doc: Option<usize>,
+}
+
+/// The judged set.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// Every valid OpenMedModel, in document order.
+    pub models: Vec<Model>,
+    /// Every problem, in document order.
+    pub findings: Vec<Finding>,
+}
+
+/// True for an OpenMedModel document (any API version of the group).
+pub fn is_model(doc: &Document) -> bool {
+    doc.kind() == Some(api::KIND)
+        && doc
+            .api_version()
+            .is_some_and(|v| v.split('/').next() == Some(api::GROUP))
+}
+
+/// Namespace of a document, or `default_namespace` when it has none.
+pub fn namespace_of<'a>(doc: &'a Document, default_namespace: &'a str) -> &'a str {
+    doc.namespace().unwrap_or(default_namespace)
+}
+
+/// Validates and plans every OpenMedModel in `docs`. Documents without a
+/// namespace are taken to be in `default_namespace`, as kubectl would.
+pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
+    let index = Index::build(docs, default_namespace);
+    let mut resolved = Resolved::default();
+    let mut deployment_owner: HashMap<(String, String), usize> = HashMap::new();
+    let mut config_map_owner: HashMap<(String, String), usize> = HashMap::new();
+
+    for (i, doc) in docs.iter().enumerate() {
+        if !is_model(doc) {
+            continue;
+        }
+        let namespace = namespace_of(doc, default_namespace).to_owned();
+        let display = format!("{namespace}/{}", doc.name().unwrap_or("<unnamed>"));
+        if doc.api_version() != Some(api::API_VERSION) {
+            resolved.findings.push(
+                Finding::error(
+                    &doc.at("apiVersion"),
+                    rule::UNSUPPORTED_VERSION,
+                    format!(
+                        "{} is not supported; this version of openmed-op reads {}",
+                        doc.api_version().unwrap_or("?"),
+                        api::API_VERSION
+                    ),
+                )
+                .resource(&display)
+                .field("apiVersion"),
+            );
+            continue;
+        }
+
+        // The target is needed before validation: its minReadySeconds bounds
+        // the progress deadline.
+        let target_name = doc
+            .value
+            .pointer("/spec/targetRef/name")
+            .and_then(Value::as_str)
+            .or(doc.name())
+            .unwrap_or_default()
+            .to_owned();
+        let target_doc = index.deployment(&namespace, &target_name);
+        let facts = target_doc.map(|t| TargetFacts {
+            min_ready_seconds: docs[t]
+                .value
+                .pointer("/spec/minReadySeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(0) as i32,
+        });
+        let spec = match api::validate(&doc.value, facts.as_ref()) {
+            Ok(spec) => spec,
+            Err(errors) => {
+                for e in errors {
+                    resolved.findings.push(
+                        Finding::error(&doc.at(&e.path), rule::INVALID_SPEC, e.message)
+                            .resource(&display)
+                            .field(e.path),
+                    );
+                }
+                continue;
+            }
+        };
+        let id = ResourceId {
+            namespace: namespace.clone(),
+            name: doc.name().unwrap_or_default().to_owned(),
+            uid: doc
+                .value
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        };
+        let options = TargetOptions {
+            autoscaled: index.autoscaled(&namespace, &target_name),
+        };
+        let plan = plan::plan(&id, &spec, options);
+
+        let mut ok = true;
+        if let Some(t) = target_doc
+            && let Err(missing) = plan.deployment.apply_to(&mut docs[t].value.clone())
+        {
+            resolved.findings.push(
+                Finding::error(
+                    &doc.at("spec.targetRef"),
+                    rule::CONTAINER_NOT_FOUND,
+                    missing.to_string(),
+                )
+                .resource(&display)
+                .field("spec.targetRef.containerName"),
+            );
+            ok = false;
+        }
+        let deployment_key = (namespace.clone(), plan.deployment.name.clone());
+        if let Some(&first) = deployment_owner.get(&deployment_key) {
+            resolved.findings.push(conflict(
+                doc,
+                &display,
+                &docs[first],
+                "Deployment",
+                &deployment_key.1,
+            ));
+            ok = false;
+        }
+        let config_map_name = plan.config_map.metadata.name.clone().unwrap_or_default();
+        let config_map_key = (namespace.clone(), config_map_name.clone());
+        if let Some(&first) = config_map_owner.get(&config_map_key) {
+            resolved.findings.push(conflict(
+                doc,
+                &display,
+                &docs[first],
+                "ConfigMap",
+                &config_map_name,
+            ));
+            ok = false;
+        }
+        let config_map_doc = index.config_map(&namespace, &config_map_name);
+        if let Some(c) = config_map_doc {
+            let owner = docs[c]
+                .value
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(api::names::MODEL_RESOURCE_ANNOTATION))
+                .and_then(Value::as_str);
+            if owner != Some(id.key().as_str()) {
+                resolved.findings.push(
+                    Finding::error(
+                        &doc.at("spec"),
+                        rule::TARGET_CONFLICT,
+                        format!(
+                            "ConfigMap {config_map_name} is already defined at {} and is not owned by this resource; set spec.manifestConfigMapName to another name",
+                            docs[c].at("metadata.name")
+                        ),
+                    )
+                    .resource(&display)
+                    .field("spec.manifestConfigMapName"),
+                );
+                ok = false;
+            }
+        }
+        deployment_owner.entry(deployment_key).or_insert(i);
+        config_map_owner.entry(config_map_key).or_insert(i);
+        if ok {
+            resolved.models.push(Model {
+                doc: i,
+                id,
+                plan,
+                target_doc,
+                config_map_doc,
+            });
+        }
+    }
+    resolved
+}
+
+fn conflict(doc: &Document, display: &str, first: &Document, kind: &str, name: &str) -> Finding {
+    Finding::error(
+        &doc.at("spec.targetRef"),
+        rule::TARGET_CONFLICT,
+        format!(
+            "{kind} {name} is already claimed by OpenMedModel {} at {}; one {kind} can have only one OpenMedModel",
+            first.name().unwrap_or("?"),
+            first.at("metadata.name"),
+        ),
+    )
+    .resource(display)
+    .field(if kind == "ConfigMap" {
+        "spec.manifestConfigMapName"
+    } else {
+        "spec.targetRef.name"
+    })
+}
+
+/// Where the Deployments, ConfigMaps and autoscalers of the set are.
+struct Index {
+    deployments: HashMap<(String, String), usize>,
+    config_maps: HashMap<(String, String), usize>,
+    autoscaled: HashSet<(String, String)>,
+}
+
+impl Index {
+    fn build(docs: &[Document], default_namespace: &str) -> Self {
+        let mut index = Index {
+            deployments: HashMap::new(),
+            config_maps: HashMap::new(),
+            autoscaled: HashSet::new(),
+        };
+        for (i, doc) in docs.iter().enumerate() {
+            let namespace = namespace_of(doc, default_namespace).to_owned();
+            let name = doc.name().unwrap_or_default().to_owned();
+            match (doc.api_version(), doc.kind()) {
+                (Some("apps/v1"), Some("Deployment")) => {
+                    index.deployments.entry((namespace, name)).or_insert(i);
+                }
+                (Some("v1"), Some("ConfigMap")) => {
+                    index.config_maps.entry((namespace, name)).or_insert(i);
+                }
+                (Some(v), Some("HorizontalPodAutoscaler")) if v.starts_with("autoscaling/") => {
+                    let target = doc.value.pointer("/spec/scaleTargetRef");
+                    let kind = target.and_then(|t| t.get("kind")).and_then(Value::as_str);
+                    let name = target.and_then(|t| t.get("name")).and_then(Value::as_str);
+                    if let (Some("Deployment"), Some(name)) = (kind, name) {
+                        index.autoscaled.insert((namespace, name.to_owned()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        index
+    }
+
+    fn deployment(&self, namespace: &str, name: &str) -> Option<usize> {
+        self.deployments
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    fn config_map(&self, namespace: &str, name: &str) -> Option<usize> {
+        self.config_maps
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    fn autoscaled(&self, namespace: &str, name: &str) -> bool {
+        self.autoscaled
+            .contains(&(namespace.to_owned(), name.to_owned()))
+    }
+}
