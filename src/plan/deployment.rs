@@ -257,7 +257,7 @@ impl DeploymentFields {
             .iter_mut()
             .find(|e| e.get("name").and_then(Value::as_str) == Some(PRELOAD_ENV))
         {
-            Some(existing) => *existing = entry,
+            Some(existing) => *existing = keeping_deletions(existing, entry),
             None => entries.push(entry),
         }
 
@@ -284,10 +284,30 @@ impl DeploymentFields {
 
         let spec = object_at(deployment, &["spec"]);
         for (key, value) in self.spec_fields() {
+            let value = match spec.get(&key) {
+                Some(old) => keeping_deletions(old, value),
+                None => value,
+            };
             spec.insert(key, value);
         }
         Ok(())
     }
+}
+
+/// `new`, plus the explicit `null`s of `old` for keys `new` does not set.
+///
+/// In a strategic-merge patch (what `render` emits when the Deployment is
+/// not in its input) `key: null` deletes the key from the base. Keeping those
+/// makes rendering a rendered patch again give the same patch.
+fn keeping_deletions(old: &Value, mut new: Value) -> Value {
+    if let (Value::Object(old), Value::Object(new)) = (old, &mut new) {
+        for (key, value) in old {
+            if value.is_null() && !new.contains_key(key) {
+                new.insert(key.clone(), Value::Null);
+            }
+        }
+    }
+    new
 }
 
 /// The container of that name in a Deployment's pod template.

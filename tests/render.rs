@@ -1,0 +1,417 @@
+//! `openmed-op render` as a user runs it: the binary, real files, exit codes.
+//!
+//! Golden files live in `tests/golden/`; after an intended change to the
+//! output, regenerate them with `UPDATE_GOLDEN=1 cargo test --test render`
+//! and review the diff.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn openmed_op(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(args)
+        .current_dir(root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = stdin.unwrap_or("").to_owned();
+    let mut pipe = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        let _ = pipe.write_all(input.as_bytes());
+    });
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = root().join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("{} is missing; run with UPDATE_GOLDEN=1", path.display()));
+    assert!(
+        expected == actual,
+        "{name} differs from the golden file; if intended, run UPDATE_GOLDEN=1 cargo test --test render\n--- expected\n{expected}\n--- actual\n{actual}"
+    );
+}
+
+fn temp_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+fn docs(yaml: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+const MODEL: &str = "\
+apiVersion: openmed.ai/v1alpha1
+kind: OpenMedModel
+metadata:
+  name: svc
+  namespace: team
+spec:
+  family: pii
+  tier: Small
+  version: OpenMed/pii-v2
+  replicas: 3
+";
+
+const DEPLOYMENT: &str = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: svc
+  namespace: team
+spec:
+  replicas: 1
+  minReadySeconds: 5
+  selector:
+    matchLabels: {app: svc}
+  template:
+    metadata:
+      labels: {app: svc}
+    spec:
+      containers:
+      - name: sidecar
+        image: busybox
+      - name: openmed-service
+        image: openmed
+        env:
+        - name: FIRST
+          value: one
+        - name: OPENMED_SERVICE_PRELOAD_MODELS
+          value: OpenMed/pii-v1
+        - name: LAST
+          value: two
+";
+
+#[test]
+fn the_bundled_example_renders_as_in_the_golden_file() {
+    let out = openmed_op(&["render", "examples/"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    golden("examples.yaml", &stdout(&out));
+}
+
+#[test]
+fn the_examples_hash_is_the_one_plan_computes() {
+    let out = openmed_op(&["render", "-o", "json", "examples/"], None);
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list["kind"], "List");
+    let deployment = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    let vector: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/vectors/basic-v1.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["metadata"]["annotations"]["openmed.ai/model-manifest-hash"],
+        vector["manifestHash"]
+    );
+}
+
+#[test]
+fn a_target_in_the_input_gets_exactly_the_operator_fields() {
+    let dir = temp_dir(&[("all.yaml", &format!("{DEPLOYMENT}---\n{MODEL}"))]);
+    let out = openmed_op(&["render", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    golden(
+        "full-deployment.yaml",
+        &text.replace(dir.path().to_str().unwrap(), "DIR"),
+    );
+    let output = docs(&text);
+    assert_eq!(output.len(), 3, "Deployment, OpenMedModel, ConfigMap");
+    let input = docs(DEPLOYMENT).remove(0);
+    let mut rendered = output[0].clone();
+    // Everything but the owned fields is untouched.
+    let env = rendered["spec"]["template"]["spec"]["containers"][1]["env"].take();
+    assert_eq!(env[0]["name"], "FIRST");
+    assert_eq!(env[1]["name"], "OPENMED_SERVICE_PRELOAD_MODELS");
+    assert!(
+        env[1].get("value").is_none(),
+        "the literal value is replaced"
+    );
+    assert_eq!(
+        env[1]["valueFrom"]["configMapKeyRef"]["name"],
+        "svc-model-manifest"
+    );
+    assert_eq!(env[2]["name"], "LAST");
+    assert_eq!(rendered["spec"]["replicas"], 3);
+    assert_eq!(rendered["spec"]["selector"], input["spec"]["selector"]);
+    assert_eq!(
+        rendered["spec"]["template"]["spec"]["containers"][0],
+        input["spec"]["template"]["spec"]["containers"][0]
+    );
+    assert_eq!(output[1], docs(MODEL)[0], "the OpenMedModel passes through");
+    assert_eq!(output[2]["kind"], "ConfigMap");
+}
+
+#[test]
+fn without_its_target_a_resource_gets_a_strategic_merge_patch() {
+    let out = openmed_op(&["render", "-"], Some(MODEL));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    golden("patch.yaml", &stdout(&out));
+    let output = docs(&stdout(&out));
+    let patch = &output[2];
+    assert_eq!(patch["kind"], "Deployment");
+    assert!(
+        patch["spec"].get("selector").is_none(),
+        "a patch holds only owned fields"
+    );
+    let env = &patch["spec"]["template"]["spec"]["containers"][0]["env"][0];
+    assert!(
+        env["value"].is_null() && env.get("value").is_some(),
+        "value: null deletes a base's literal"
+    );
+}
+
+#[test]
+fn other_documents_pass_through_unchanged_and_in_order() {
+    let other =
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\nspec:\n  ports:\n  - port: 80\n";
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: unrelated\ndata:\n  z: '1'\n  a: '2'\n";
+    let input = format!("{other}---\n{MODEL}---\n{cm}");
+    let out = openmed_op(&["render", "-"], Some(&input));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let output = docs(&stdout(&out));
+    let kinds: Vec<&str> = output.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Service",
+            "OpenMedModel",
+            "ConfigMap",
+            "Deployment",
+            "ConfigMap"
+        ]
+    );
+    assert_eq!(output[0], docs(other)[0]);
+    assert_eq!(output[4], docs(cm)[0]);
+    // Key order is kept too, so diffs stay small.
+    assert!(
+        stdout(&out).contains("data:\n  z: '1'\n  a: '2'\n"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn rendering_is_deterministic_and_idempotent() {
+    let first = stdout(&openmed_op(&["render", "examples/"], None));
+    let second = stdout(&openmed_op(&["render", "examples/"], None));
+    assert_eq!(first, second);
+    let again = openmed_op(&["render", "-"], Some(&first));
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert_eq!(
+        stdout(&again),
+        first,
+        "rendering rendered output changes nothing"
+    );
+    let patched = stdout(&openmed_op(&["render", "-"], Some(MODEL)));
+    assert_eq!(
+        stdout(&openmed_op(&["render", "-"], Some(&patched))),
+        patched
+    );
+}
+
+#[test]
+fn summary_prints_one_row_per_resource() {
+    let out = openmed_op(&["render", "--summary", "examples/"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with("RESOURCE"));
+    for cell in [
+        "openmed/openmed-service",
+        "openmed-service/openmed-service",
+        "OpenMed/synthetic-pii-v1",
+        "openmed-service-model-manifest",
+        "sha256:c3431235760079558f503425f7527f3ce7afb855c2e78c7d14866dd6c9c87443",
+    ] {
+        assert!(lines[1].contains(cell), "{cell} missing in {text}");
+    }
+}
+
+#[test]
+fn an_invalid_resource_exits_1_naming_file_document_line_and_field_and_writes_nothing() {
+    let bad = MODEL.replace("tier: Small", "tier: Huge");
+    let dir = temp_dir(&[("a.yaml", DEPLOYMENT), ("b.yaml", &format!("---\n{bad}"))]);
+    let out = openmed_op(&["render", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "no partial output");
+    let err = stderr(&out);
+    let file = dir.path().join("b.yaml");
+    assert!(
+        err.contains(&format!(
+            "{}:9: document 1: error[InvalidSpec]: team/svc: spec.tier: \"Huge\" is not one of",
+            file.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_container_is_a_finding_listing_the_containers() {
+    let model = MODEL.replace("version:", "targetRef:\n    containerName: api\n  version:");
+    let out = openmed_op(&["render", "-"], Some(&format!("{DEPLOYMENT}---\n{model}")));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = stderr(&out);
+    assert!(err.contains("error[ContainerNotFound]"), "{err}");
+    assert!(err.contains("it has: sidecar, openmed-service"), "{err}");
+}
+
+#[test]
+fn the_progress_deadline_is_checked_against_the_target_in_the_input() {
+    let model = MODEL.replace(
+        "replicas: 3",
+        "replicas: 3\n  rolloutStrategy:\n    progressDeadlineSeconds: 5",
+    );
+    let out = openmed_op(&["render", "-"], Some(&format!("{DEPLOYMENT}---\n{model}")));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("minReadySeconds (5)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn two_resources_for_one_deployment_conflict() {
+    let second = MODEL
+        .replace("name: svc", "name: other")
+        .replace("replicas: 3", "replicas: 3\n  targetRef:\n    name: svc");
+    let out = openmed_op(&["render", "-"], Some(&format!("{MODEL}---\n{second}")));
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("error[TargetConflict]: team/other"), "{err}");
+    assert!(
+        err.contains("already claimed by OpenMedModel svc at <stdin>:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_autoscaled_target_keeps_its_replicas() {
+    let hpa = "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata:\n  name: svc\n  namespace: team\nspec:\n  scaleTargetRef:\n    apiVersion: apps/v1\n    kind: Deployment\n    name: svc\n  maxReplicas: 5\n";
+    let out = openmed_op(
+        &["render", "-"],
+        Some(&format!("{DEPLOYMENT}---\n{MODEL}---\n{hpa}")),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(docs(&stdout(&out))[0]["spec"]["replicas"], 1);
+}
+
+#[test]
+fn unreadable_or_malformed_input_exits_2_and_writes_nothing() {
+    let out = openmed_op(&["render", "no/such/file.yaml"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no/such/file.yaml: cannot read"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = openmed_op(
+        &["render", "-"],
+        Some(&format!("{MODEL}---\nkind: [unclosed\n")),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("document 2: not valid YAML"),
+        "{}",
+        stderr(&out)
+    );
+
+    let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let out = openmed_op(&["render", "-"], Some(&bomb));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("repetition limit exceeded"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(openmed_op(&["render"], None).status.code(), Some(2));
+    assert_eq!(
+        openmed_op(&["render", "--output", "toml", "examples"], None)
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(openmed_op(&["frobnicate"], None).status.code(), Some(2));
+}
+
+#[test]
+fn directories_are_read_recursively_in_sorted_order() {
+    let dir = temp_dir(&[
+        ("b/model.yml", MODEL),
+        (
+            "a/z.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n",
+        ),
+        ("a/notes.txt", "not yaml: ["),
+    ]);
+    let out = openmed_op(&["render", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let kinds: Vec<String> = docs(&stdout(&out))
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Namespace", "OpenMedModel", "ConfigMap", "Deployment"]
+    );
+}
+
+#[test]
+fn crd_prints_the_committed_crd() {
+    let out = openmed_op(&["crd"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let committed = std::fs::read_to_string(root().join("crds/openmedmodel.yaml")).unwrap();
+    assert_eq!(stdout(&out), committed);
+}
