@@ -415,3 +415,58 @@ fn crd_prints_the_committed_crd() {
     let committed = std::fs::read_to_string(root().join("crds/openmedmodel.yaml")).unwrap();
     assert_eq!(stdout(&out), committed);
 }
+
+#[test]
+fn watch_renders_again_when_an_input_changes() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    let dir = temp_dir(&[("model.yaml", MODEL)]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(["render", "--watch", dir.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+    };
+    let first = wait_for("OPENMED_SERVICE_PRELOAD_MODELS: OpenMed/pii-v2");
+    // Keep editing until the watcher has seen a change: the first write may
+    // land before the watch is registered.
+    let mut second = false;
+    for attempt in 0..10 {
+        let version = format!("OpenMed/pii-v{}", 3 + attempt);
+        std::fs::write(
+            dir.path().join("model.yaml"),
+            MODEL.replace("OpenMed/pii-v2", &version),
+        )
+        .unwrap();
+        if wait_for(&format!("OPENMED_SERVICE_PRELOAD_MODELS: {version}")) {
+            second = true;
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(first, "the first render never appeared");
+    assert!(second, "no render after the file changed");
+}
