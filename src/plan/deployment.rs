@@ -376,3 +376,166 @@ fn drop_if_empty(map: &mut Map<String, Value>, key: &str) {
         map.remove(key);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::OpenMedModelSpec;
+    use crate::plan::{ResourceId, TargetOptions, plan};
+
+    fn spec(extra: Value) -> OpenMedModelSpec {
+        let mut spec =
+            json!({"family": "pii", "version": "OpenMed/pii-v1", "tier": "Small", "replicas": 2});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        serde_json::from_value(spec).unwrap()
+    }
+
+    fn id() -> ResourceId {
+        ResourceId {
+            namespace: "ns".into(),
+            name: "svc".into(),
+            uid: Some("u-1".into()),
+        }
+    }
+
+    fn fields(extra: Value, target: TargetOptions) -> DeploymentFields {
+        plan(&id(), &spec(extra), target).deployment
+    }
+
+    fn deployment() -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "svc", "namespace": "ns", "labels": {"app": "svc"}},
+            "spec": {
+                "replicas": 5, "progressDeadlineSeconds": 900,
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+                "selector": {"matchLabels": {"app": "svc"}},
+                "template": {"metadata": {"labels": {"app": "svc"}},
+                             "spec": {"containers": [{"name": "openmed-service", "image": "x",
+                                                      "env": [{"name": PRELOAD_ENV, "value": "old"}]}]}},
+            },
+        })
+    }
+
+    #[test]
+    fn the_apply_body_holds_only_owned_fields() {
+        let body = fields(json!({}), TargetOptions::default()).apply_body();
+        assert_eq!(
+            body,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "svc", "namespace": "ns",
+                             "annotations": {MODEL_RESOURCE_ANNOTATION: "ns/svc"},
+                             "labels": {OPERATED_BY_LABEL: FIELD_MANAGER}},
+                "spec": {
+                    "replicas": 2, "progressDeadlineSeconds": 600,
+                    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                    "template": {
+                        "metadata": {"annotations": {
+                            MANIFEST_HASH_ANNOTATION: plan(&id(), &spec(json!({})), TargetOptions::default()).manifest_hash,
+                            MODEL_RESOURCE_ANNOTATION: "ns/svc"}},
+                        "spec": {"containers": [{"name": "openmed-service", "env": [{
+                            "name": PRELOAD_ENV,
+                            "valueFrom": {"configMapKeyRef": {"name": "svc-model-manifest", "key": PRELOAD_ENV}},
+                            "value": "",
+                        }]}]},
+                    },
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn an_autoscaled_target_gets_no_replicas() {
+        let f = fields(json!({}), TargetOptions { autoscaled: true });
+        assert_eq!(f.replicas, None);
+        assert!(f.apply_body()["spec"].get("replicas").is_none());
+    }
+
+    #[test]
+    fn recreate_has_no_rolling_update_settings() {
+        let f = fields(
+            json!({"rolloutStrategy": {"type": "Recreate"}}),
+            TargetOptions::default(),
+        );
+        assert_eq!(f.strategy, Some(json!({"type": "Recreate"})));
+        assert_eq!(
+            f.strategic_patch()["spec"]["strategy"],
+            json!({"type": "Recreate", "rollingUpdate": null})
+        );
+        let mut d = deployment();
+        f.apply_to(&mut d).unwrap();
+        assert_eq!(d["spec"]["strategy"], json!({"type": "Recreate"}));
+    }
+
+    #[test]
+    fn applying_to_a_deployment_sets_the_fields_and_is_idempotent() {
+        let f = fields(json!({}), TargetOptions::default());
+        let mut d = deployment();
+        f.apply_to(&mut d).unwrap();
+        let env = &d["spec"]["template"]["spec"]["containers"][0]["env"][0];
+        assert!(env.get("value").is_none());
+        assert_eq!(
+            env["valueFrom"]["configMapKeyRef"]["name"],
+            "svc-model-manifest"
+        );
+        assert_eq!(d["spec"]["replicas"], 2);
+        assert_eq!(
+            d["metadata"]["labels"],
+            json!({"app": "svc", OPERATED_BY_LABEL: FIELD_MANAGER})
+        );
+        let once = d.clone();
+        f.apply_to(&mut d).unwrap();
+        assert_eq!(d, once, "no drift after applying");
+    }
+
+    #[test]
+    fn a_missing_container_names_those_present() {
+        let f = fields(
+            json!({"targetRef": {"containerName": "api"}}),
+            TargetOptions::default(),
+        );
+        let err = f.apply_to(&mut deployment()).unwrap_err();
+        assert_eq!(err.available, ["openmed-service"]);
+        assert!(
+            err.to_string()
+                .contains("\"api\" not found in Deployment ns/svc; it has: openmed-service")
+        );
+    }
+
+    #[test]
+    fn the_released_form_empties_the_variable_and_keeps_scaling_fields() {
+        let mut d = deployment();
+        fields(json!({}), TargetOptions::default())
+            .apply_to(&mut d)
+            .unwrap();
+        let released = DeploymentFields::released("ns", "svc", "openmed-service", &d);
+        // Hash of a manifest with an empty model list, as the earlier operator computed it.
+        assert_eq!(
+            released.manifest_hash,
+            "sha256:c3475ac5012b68efa39d75c49cd65d2bb9a50a3b179f356add3474d474d43e10"
+        );
+        assert_eq!(released.replicas, Some(2));
+        let body = released.apply_body();
+        assert!(body["metadata"].get("annotations").is_none());
+        assert!(body["metadata"].get("labels").is_none());
+        assert_eq!(body["spec"]["replicas"], 2);
+        assert_eq!(
+            body["spec"]["template"]["metadata"]["annotations"],
+            json!({MANIFEST_HASH_ANNOTATION: released.manifest_hash})
+        );
+        assert_eq!(
+            body["spec"]["template"]["spec"]["containers"][0]["env"],
+            json!([{"name": PRELOAD_ENV, "value": ""}])
+        );
+        released.apply_to(&mut d).unwrap();
+        assert_eq!(d["metadata"]["labels"], json!({"app": "svc"}));
+        assert!(d["metadata"].get("annotations").is_none());
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["env"],
+            json!([{"name": PRELOAD_ENV}])
+        );
+    }
+}
