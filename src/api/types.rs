@@ -287,6 +287,12 @@ pub struct OpenMedModelStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_deployment_generation: Option<i64>,
 
+    /// When the operator last changed the target's pods (a rollout or a
+    /// rollback). Deployment conditions from before it describe an older
+    /// rollout and are not held against this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rollout_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+
     /// Number of rollbacks performed for this resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_count: Option<i64>,

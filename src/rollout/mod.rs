@@ -1,1 +1,1144 @@
-//! x
+//! The rollout state machine, as one pure function:
+//! [`decide`]`(observed) -> `[`Decision`] (writes, new status, events).
+//!
+//! Every rule about rollouts, rollbacks, drift, target problems and deletion
+//! lives here and is tested here with a fixed clock; the operator shell only
+//! gathers the [`Observed`] world, carries out the [`Decision`] and asks
+//! again. All state lives in the resource's status and in annotations, so
+//! deciding again after a crash at any point converges to the same result.
+//!
+//! The shell's loop, which makes every step restart-safe:
+//!
+//! 1. `decide`; write the new status if it differs (it records the intent,
+//!    e.g. "rolling back, rollbackCount + 1", *before* anything is changed);
+//! 2. emit the events; carry out the writes in order;
+//! 3. decide again with what the writes returned, until no write is left.
+//!    A status whose `targetDeploymentGeneration` is unset then records the
+//!    generation the Deployment write produced.
+
+pub mod conditions;
+pub mod progress;
+mod resource;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
+
+pub use resource::{ResourceView, config_map_names, target_name};
+
+use crate::api::names::{
+    MANAGED_OPT_IN_LABEL, MODEL_RESOURCE_ANNOTATION, PRELOAD_ENV, ROLLBACK_TO_ANNOTATION,
+};
+use crate::api::{OpenMedModelSpec, OpenMedModelStatus, Phase, StrategyType, TargetFacts};
+use crate::plan::{self, DeploymentFields, Plan, TargetOptions};
+use conditions::{DEGRADED, PROGRESSING, READY, RECONCILING, ROLLED_BACK, STALLED, Status};
+use progress::Progress;
+
+/// Switches that change policy, set on the operator's command line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Act only on Deployments labelled `openmed.ai/managed=true`.
+    pub require_target_label: bool,
+}
+
+/// Another OpenMedModel that names the same target Deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rival {
+    /// `<namespace>/<name>`.
+    pub key: String,
+    /// Its creation time: the oldest claim wins when nobody holds the target.
+    pub created: Option<Time>,
+}
+
+/// Everything `decide` looks at.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    /// The OpenMedModel.
+    pub resource: &'a ResourceView,
+    /// The Deployment named by the spec ([`target_name`]), if it exists.
+    pub target: Option<&'a Deployment>,
+    /// A HorizontalPodAutoscaler scales the target.
+    pub autoscaled: bool,
+    /// Other OpenMedModels naming the same Deployment.
+    pub rivals: &'a [Rival],
+    /// Deployments in the namespace whose `openmed.ai/model-resource`
+    /// annotation names this resource (the target among them, once claimed).
+    pub claimed: &'a [&'a Deployment],
+    /// The ConfigMaps named by [`config_map_names`] that exist, and every
+    /// ConfigMap this resource owns.
+    pub config_maps: &'a [&'a ConfigMap],
+    /// Policy switches.
+    pub settings: Settings,
+    /// The time to stamp on conditions and events.
+    pub now: Time,
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The status the resource should have; write it if it differs.
+    pub status: OpenMedModelStatus,
+    /// Writes to carry out, in order.
+    pub writes: Vec<Write>,
+    /// Events to record on the resource.
+    pub events: Vec<Event>,
+    /// Look again after this long even if nothing changes (a deadline).
+    pub requeue_after: Option<Duration>,
+}
+
+/// One write to the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Server-side apply of the owned ConfigMap.
+    ApplyConfigMap(Box<ConfigMap>),
+    /// Delete an owned ConfigMap (with a UID precondition when known).
+    DeleteConfigMap {
+        /// Its name.
+        name: String,
+        /// Its UID, so a ConfigMap recreated since is not deleted.
+        uid: Option<String>,
+    },
+    /// Server-side apply of the owned fields of a Deployment.
+    ApplyDeployment {
+        /// The Deployment's name.
+        name: String,
+        /// The apply body.
+        body: Value,
+        /// A client error (4xx) is reported and skipped instead of failing
+        /// the reconcile: releasing must never block deletion.
+        best_effort: bool,
+    },
+}
+
+/// Kubernetes event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Normal
+    Normal,
+    /// Warning
+    Warning,
+}
+
+/// An event about the resource. Messages carry lifecycle state only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// CamelCase reason, e.g. `RolloutStarted`.
+    pub reason: &'static str,
+    /// What happened.
+    pub message: String,
+}
+
+/// Event and condition reasons.
+pub mod reason {
+    /// A rollout began.
+    pub const ROLLOUT_STARTED: &str = "RolloutStarted";
+    /// A rollout finished.
+    pub const ROLLOUT_SUCCEEDED: &str = "RolloutSucceeded";
+    /// A rollout failed.
+    pub const ROLLOUT_FAILED: &str = "RolloutFailed";
+    /// A rollback began.
+    pub const ROLLBACK_STARTED: &str = "RollbackStarted";
+    /// A rollback finished.
+    pub const ROLLBACK_SUCCEEDED: &str = "RollbackSucceeded";
+    /// A rollback failed.
+    pub const ROLLBACK_FAILED: &str = "RollbackFailed";
+    /// A manual rollback named a version that is not retained.
+    pub const ROLLBACK_REJECTED: &str = "RollbackRejected";
+    /// Condition reason for a rejected manual rollback.
+    pub const ROLLBACK_TARGET_UNAVAILABLE: &str = "RollbackTargetUnavailable";
+    /// Another writer changed owned fields; they were restored.
+    pub const DRIFT_CORRECTED: &str = "DriftCorrected";
+    /// The target Deployment does not exist.
+    pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+    /// The target lacks the opt-in label that `--require-target-label` asks for.
+    pub const TARGET_NOT_OPTED_IN: &str = "TargetNotOptedIn";
+    /// The target has no container of the configured name.
+    pub const CONTAINER_NOT_FOUND: &str = "ContainerNotFound";
+    /// Another OpenMedModel owns the target or the ConfigMap name.
+    pub const TARGET_CONFLICT: &str = "TargetConflict";
+    /// The spec fails validation.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The target is paused.
+    pub const DEPLOYMENT_PAUSED: &str = "DeploymentPaused";
+    /// A Deployment the resource no longer targets was released.
+    pub const TARGET_RELEASED: &str = "TargetReleased";
+    /// A rollout is under way.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// A rollback is under way.
+    pub const ROLLING_BACK: &str = "RollingBack";
+    /// Automatic rollback done; the spec still asks for the failed version.
+    pub const ROLLED_BACK: &str = "RolledBack";
+    /// A manual rollback is in effect.
+    pub const MANUAL_ROLLBACK: &str = "ManualRollback";
+    /// The rollout completed.
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    /// The rollback completed.
+    pub const ROLLBACK_COMPLETE: &str = "RollbackComplete";
+    /// No rollback in progress.
+    pub const ROLLBACK_IN_PROGRESS: &str = "RollbackInProgress";
+    /// Serving as asked.
+    pub const AS_EXPECTED: &str = "AsExpected";
+}
+
+/// How the spec to apply was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `spec` itself.
+    Forward,
+    /// The retained spec an automatic rollback restored, kept until the spec changes.
+    Automatic,
+    /// The retained spec named by `openmed.ai/rollback-to`.
+    Manual,
+}
+
+/// Decides what to do about one OpenMedModel.
+pub fn decide(obs: &Observed) -> Decision {
+    let mut step = Step::new(obs);
+    if obs.resource.deleting {
+        step.release_everything();
+    } else {
+        step.reconcile();
+    }
+    step.finish()
+}
+
+/// The decision being built.
+struct Step<'a> {
+    obs: &'a Observed<'a>,
+    old: &'a OpenMedModelStatus,
+    status: OpenMedModelStatus,
+    writes: Vec<Write>,
+    events: Vec<Event>,
+    requeue_after: Option<Duration>,
+}
+
+impl<'a> Step<'a> {
+    fn new(obs: &'a Observed<'a>) -> Self {
+        let old = &obs.resource.status;
+        let mut status = old.clone();
+        status.observed_generation = Some(obs.resource.generation);
+        Step {
+            obs,
+            old,
+            status,
+            writes: Vec::new(),
+            events: Vec::new(),
+            requeue_after: None,
+        }
+    }
+
+    fn finish(self) -> Decision {
+        Decision {
+            status: self.status,
+            writes: self.writes,
+            events: self.events,
+            requeue_after: self.requeue_after,
+        }
+    }
+
+    fn generation(&self) -> i64 {
+        self.obs.resource.generation
+    }
+
+    fn condition(
+        &mut self,
+        type_: &str,
+        status: impl Into<Status>,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        let generation = self.generation();
+        conditions::set(
+            &mut self.status.conditions,
+            type_,
+            status,
+            reason,
+            message,
+            generation,
+            &self.obs.now,
+        );
+    }
+
+    fn event(&mut self, type_: EventType, reason: &'static str, message: impl Into<String>) {
+        self.events.push(Event {
+            type_,
+            reason,
+            message: message.into(),
+        });
+    }
+
+    /// True when the Ready condition did not already carry `reason`: the
+    /// moment to tell people about it, once, not on every pass.
+    fn entering(&self, reason: &str) -> bool {
+        conditions::get(&self.old.conditions, READY).is_none_or(|c| c.reason != reason)
+    }
+
+    fn plan(&self, spec: &OpenMedModelSpec) -> Plan {
+        plan::plan(
+            &self.obs.resource.id(),
+            spec,
+            TargetOptions {
+                autoscaled: self.obs.autoscaled,
+            },
+        )
+    }
+
+    // ---- the normal path ----
+
+    fn reconcile(&mut self) {
+        let obs = self.obs;
+        let facts = obs.target.map(|t| TargetFacts {
+            min_ready_seconds: progress::min_ready_seconds(t),
+        });
+        let spec = match crate::api::validate_spec(&obs.resource.spec, facts.as_ref()) {
+            Ok(spec) => spec,
+            Err(errors) => return self.invalid(&errors),
+        };
+        let desired = self.plan(&spec);
+        self.status.desired_version = Some(desired.normalized.version.clone());
+        self.status.desired_spec_hash = Some(desired.spec_hash.clone());
+
+        let (mode, wanted) = match self.wanted(&desired) {
+            Ok(chosen) => chosen,
+            Err(rejection) => return self.reject_rollback(&rejection),
+        };
+        self.release_stale(&wanted);
+
+        let Some(target) = obs.target else {
+            let name = &wanted.deployment.name;
+            return self.blocked(
+                reason::TARGET_NOT_FOUND,
+                format!(
+                    "Deployment {name} not found in namespace {}",
+                    obs.resource.namespace
+                ),
+            );
+        };
+        if let Some((why, message)) = self.target_problem(target, &wanted) {
+            return self.blocked(why, message);
+        }
+
+        let before = serde_json::to_value(target).expect("a Deployment serializes");
+        let mut after = before.clone();
+        wanted
+            .deployment
+            .apply_to(&mut after)
+            .expect("target_problem checked the container");
+        let deployment_changes = changed_fields(&before, &after);
+        let config_map = self.config_map(&wanted);
+        let config_map_changes = match config_map {
+            Some(cm) => config_map_drift(cm, &wanted.config_map),
+            None => vec!["ConfigMap missing"],
+        };
+
+        if self.status.applied_spec_hash.as_deref() != Some(&wanted.spec_hash) {
+            self.start(mode, &desired, &wanted);
+            self.write_fields(&wanted, target, &config_map_changes, &deployment_changes);
+            return;
+        }
+        if !config_map_changes.is_empty() || !deployment_changes.is_empty() {
+            let noticed: Vec<&str> = config_map_changes
+                .iter()
+                .chain(&deployment_changes)
+                .copied()
+                .filter(|c| *c != ADOPTION_LABEL)
+                .collect();
+            if !noticed.is_empty() {
+                self.event(
+                    EventType::Warning,
+                    reason::DRIFT_CORRECTED,
+                    format!("restored {} changed by another writer", noticed.join(", ")),
+                );
+            }
+            self.write_fields(&wanted, target, &config_map_changes, &deployment_changes);
+            return;
+        }
+        if self.status.target_deployment_generation.is_none() {
+            self.status.target_deployment_generation = target.metadata.generation;
+        }
+        self.evaluate(mode, &desired, &wanted, target);
+    }
+
+    /// The spec to apply: `spec`, a retained spec named by a manual
+    /// rollback, or the spec an automatic rollback restored.
+    fn wanted(&self, desired: &Plan) -> Result<(Mode, Plan), Rejection> {
+        let status = self.old;
+        let retained = [
+            &status.last_successful_spec,
+            &status.previous_successful_spec,
+        ];
+        if let Some(version) = self.obs.resource.annotations.get(ROLLBACK_TO_ANNOTATION) {
+            let found = retained
+                .iter()
+                .filter_map(|s| s.as_ref())
+                .find(|s| &s.version == version);
+            return match found {
+                Some(spec) => {
+                    let plan = self.plan(spec);
+                    let mode = if plan.spec_hash == desired.spec_hash {
+                        Mode::Forward
+                    } else {
+                        Mode::Manual
+                    };
+                    Ok((mode, plan))
+                }
+                None => Err(Rejection {
+                    version: version.clone(),
+                    retained: retained
+                        .iter()
+                        .filter_map(|s| s.as_ref().map(|s| s.version.clone()))
+                        .collect(),
+                }),
+            };
+        }
+        // An automatic rollback holds while the spec is the one that failed
+        // and has not been edited since; editing it (even to the same
+        // version) asks for another try.
+        let holding = status
+            .rollback_request
+            .as_deref()
+            .is_some_and(|r| r.starts_with("automatic:"))
+            && status.failed_spec_hash.as_deref() == Some(&desired.spec_hash)
+            && status.observed_generation == Some(self.generation());
+        if holding && let Some(restored) = &status.rollback_spec {
+            return Ok((Mode::Automatic, self.plan(restored)));
+        }
+        Ok((Mode::Forward, desired.clone()))
+    }
+
+    /// Why the target cannot be written, if it cannot.
+    fn target_problem(&self, target: &Deployment, wanted: &Plan) -> Option<(&'static str, String)> {
+        let obs = self.obs;
+        let name = &wanted.deployment.name;
+        let labels = target.metadata.labels.as_ref();
+        if obs.settings.require_target_label
+            && labels
+                .and_then(|l| l.get(MANAGED_OPT_IN_LABEL))
+                .map(String::as_str)
+                != Some("true")
+        {
+            return Some((
+                reason::TARGET_NOT_OPTED_IN,
+                format!(
+                    "Deployment {name} is not labelled {MANAGED_OPT_IN_LABEL}=true, which this operator requires"
+                ),
+            ));
+        }
+        if let Some(holder) = self.rival_holding(target) {
+            return Some((
+                reason::TARGET_CONFLICT,
+                format!("Deployment {name} is managed by OpenMedModel {holder}"),
+            ));
+        }
+        let mut copy = serde_json::to_value(target).expect("a Deployment serializes");
+        if let Err(missing) = wanted.deployment.apply_to(&mut copy) {
+            return Some((reason::CONTAINER_NOT_FOUND, missing.to_string()));
+        }
+        let cm_name = wanted
+            .config_map
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or_default();
+        if let Some(cm) = self.find_config_map(cm_name)
+            && !self.owns(cm)
+        {
+            return Some((
+                reason::TARGET_CONFLICT,
+                format!(
+                    "ConfigMap {cm_name} exists and is not owned by this OpenMedModel; set spec.manifestConfigMapName to another name"
+                ),
+            ));
+        }
+        None
+    }
+
+    /// The rival that holds the target: the one its annotation names or,
+    /// when none does, the oldest claim (then the first name).
+    fn rival_holding(&self, target: &Deployment) -> Option<String> {
+        let me = self.obs.resource.key();
+        let holder = target
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MODEL_RESOURCE_ANNOTATION));
+        if holder == Some(&me) {
+            return None;
+        }
+        if let Some(holder) = holder
+            && self.obs.rivals.iter().any(|r| &r.key == holder)
+        {
+            return Some(holder.clone());
+        }
+        let mine = (self.obs.resource.created.as_ref().map(|t| t.0), me.clone());
+        self.obs
+            .rivals
+            .iter()
+            .map(|r| (r.created.as_ref().map(|t| t.0), r.key.clone()))
+            .filter(|theirs| claim_order(theirs, &mine).is_lt())
+            .min_by(claim_order)
+            .map(|(_, key)| key)
+    }
+
+    fn find_config_map(&self, name: &str) -> Option<&'a ConfigMap> {
+        self.obs
+            .config_maps
+            .iter()
+            .copied()
+            .find(|cm| cm.metadata.name.as_deref() == Some(name))
+    }
+
+    fn config_map(&self, wanted: &Plan) -> Option<&'a ConfigMap> {
+        self.find_config_map(
+            wanted
+                .config_map
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Owned: an owner reference to this resource, or (written by `render`
+    /// before the operator saw it) the ownership annotation.
+    fn owns(&self, cm: &ConfigMap) -> bool {
+        let r = self.obs.resource;
+        let by_reference = cm
+            .metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|refs| refs.iter().any(|o| o.uid == r.uid));
+        let by_annotation = cm
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MODEL_RESOURCE_ANNOTATION))
+            .is_some_and(|v| *v == r.key());
+        let foreign_controller = cm.metadata.owner_references.as_ref().is_some_and(|refs| {
+            refs.iter()
+                .any(|o| o.controller == Some(true) && o.uid != r.uid)
+        });
+        by_reference || (by_annotation && !foreign_controller)
+    }
+
+    /// Releases Deployments this resource no longer targets and deletes
+    /// ConfigMaps it no longer uses, before anything new is claimed.
+    fn release_stale(&mut self, wanted: &Plan) {
+        for deployment in self.obs.claimed {
+            if deployment.metadata.name.as_deref() != Some(wanted.deployment.name.as_str()) {
+                self.release(deployment);
+            }
+        }
+        let keep = wanted.config_map.metadata.name.clone();
+        self.delete_owned_config_maps(keep.as_deref());
+    }
+
+    fn delete_owned_config_maps(&mut self, keep: Option<&str>) {
+        for cm in self.obs.config_maps {
+            if self.owns(cm) && cm.metadata.name.as_deref() != keep {
+                self.writes.push(Write::DeleteConfigMap {
+                    name: cm.metadata.name.clone().unwrap_or_default(),
+                    uid: cm.metadata.uid.clone(),
+                });
+            }
+        }
+    }
+
+    /// Empties the preload variable, resets the template hash to that of an
+    /// empty manifest and drops the ownership marks of one Deployment.
+    fn release(&mut self, deployment: &Deployment) {
+        let r = self.obs.resource;
+        let name = deployment.metadata.name.clone().unwrap_or_default();
+        let observed = serde_json::to_value(deployment).expect("a Deployment serializes");
+        let container = preload_container(&observed);
+        let fields = DeploymentFields::released(
+            &r.namespace,
+            &name,
+            container.as_deref().unwrap_or_default(),
+            &observed,
+        );
+        let mut body = fields.apply_body();
+        if container.is_none() {
+            // No container carries our variable any more: release only the
+            // annotations, or the apply would add a container with no image.
+            if let Some(template) = body
+                .pointer_mut("/spec/template")
+                .and_then(Value::as_object_mut)
+            {
+                template.remove("spec");
+            }
+        }
+        self.writes.push(Write::ApplyDeployment {
+            name: name.clone(),
+            body,
+            best_effort: true,
+        });
+        self.event(
+            EventType::Normal,
+            reason::TARGET_RELEASED,
+            format!("released Deployment {name}: its pods restart without a preloaded model"),
+        );
+    }
+
+    fn release_everything(&mut self) {
+        for deployment in self.obs.claimed {
+            self.release(deployment);
+        }
+        self.delete_owned_config_maps(None);
+    }
+
+    /// Writes the ConfigMap and Deployment fields that differ.
+    fn write_fields(
+        &mut self,
+        wanted: &Plan,
+        target: &Deployment,
+        cm_changes: &[&str],
+        deployment_changes: &[&str],
+    ) {
+        if !cm_changes.is_empty() {
+            self.writes
+                .push(Write::ApplyConfigMap(Box::new(wanted.config_map.clone())));
+        }
+        if !deployment_changes.is_empty() {
+            self.writes.push(Write::ApplyDeployment {
+                name: wanted.deployment.name.clone(),
+                body: wanted.deployment.apply_body(),
+                best_effort: false,
+            });
+        }
+        // The generation to judge progress by is the one our write produces;
+        // the shell's next pass records it. A metadata-only write leaves the
+        // generation as it is.
+        if deployment_changes
+            .iter()
+            .any(|c| *c != ADOPTION_LABEL && *c != "ownership annotation")
+        {
+            self.status.target_deployment_generation = None;
+        } else if self.status.target_deployment_generation.is_none() {
+            self.status.target_deployment_generation = target.metadata.generation;
+        }
+    }
+
+    // ---- starting rollouts and rollbacks ----
+
+    fn start(&mut self, mode: Mode, desired: &Plan, wanted: &Plan) {
+        let version = wanted.normalized.version.clone();
+        let now = self.obs.now.clone();
+        self.status.applied_spec_hash = Some(wanted.spec_hash.clone());
+        self.status.manifest_hash = Some(wanted.manifest_hash.clone());
+        self.status.last_rollout_time = Some(now);
+        match mode {
+            Mode::Forward => {
+                let was = self.status.active_version.clone();
+                self.status.phase = Some(Phase::RollingOut);
+                self.status.rollback_request = None;
+                self.status.rollback_spec = None;
+                if wanted.normalized.rollout_strategy.type_ == StrategyType::Recreate {
+                    // Recreate stops every old pod first: nothing is served
+                    // until the new ones are ready.
+                    self.status.active_version = None;
+                }
+                let message = match was {
+                    Some(active) if active != version => {
+                        format!("rolling out {version} (serving {active})")
+                    }
+                    _ => format!("rolling out {version}"),
+                };
+                self.rolling_conditions(reason::ROLLING_OUT, &message);
+                if conditions::get(&self.status.conditions, ROLLED_BACK).is_some() {
+                    self.condition(
+                        ROLLED_BACK,
+                        false,
+                        reason::AS_EXPECTED,
+                        "no rollback in effect",
+                    );
+                }
+                self.event(EventType::Normal, reason::ROLLOUT_STARTED, message);
+            }
+            Mode::Manual => {
+                self.status.phase = Some(Phase::RolledBack);
+                self.status.rollback_request = Some(format!("manual:{version}"));
+                self.status.rollback_spec = Some(wanted.normalized.clone());
+                self.status.rollback_count = Some(self.status.rollback_count.unwrap_or(0) + 1);
+                let message = format!(
+                    "rolling back to {version} as {ROLLBACK_TO_ANNOTATION} asks (spec.version is {})",
+                    desired.normalized.version
+                );
+                self.rolling_conditions(reason::ROLLING_BACK, &message);
+                self.condition(
+                    ROLLED_BACK,
+                    Status::Unknown,
+                    reason::ROLLBACK_IN_PROGRESS,
+                    message.clone(),
+                );
+                self.event(EventType::Normal, reason::ROLLBACK_STARTED, message);
+            }
+            Mode::Automatic => {
+                // The rollback was decided (and counted) when the failure was
+                // seen; this re-applies it, e.g. after the target was re-created.
+                self.status.phase = Some(Phase::RolledBack);
+                self.rolling_conditions(reason::ROLLING_BACK, &format!("restoring {version}"));
+            }
+        }
+    }
+
+    fn rolling_conditions(&mut self, why: &str, message: &str) {
+        self.condition(READY, false, why, message);
+        self.condition(PROGRESSING, true, why, message);
+        self.condition(DEGRADED, false, why, message);
+        self.condition(RECONCILING, true, why, message);
+        self.condition(STALLED, false, why, message);
+    }
+
+    // ---- judging progress ----
+
+    fn evaluate(&mut self, mode: Mode, desired: &Plan, wanted: &Plan, target: &Deployment) {
+        let generation = self.status.target_deployment_generation.unwrap_or(0);
+        let since = self.status.last_rollout_time.clone();
+        let progress = progress::judge(target, generation, since.as_ref(), &self.obs.now);
+        if let (Some(since), Progress::InProgress | Progress::NotObserved) = (&since, &progress) {
+            // Look again when a deadline condition from before our write
+            // starts to count.
+            let deadline = wanted.normalized.rollout_strategy.progress_deadline_seconds;
+            let due = since.0.as_second() + i64::from(deadline) + 1 - self.obs.now.0.as_second();
+            if due > 0 {
+                self.requeue_after = Some(Duration::from_secs(due as u64));
+            }
+        }
+        let phase = self.old.phase;
+        match (mode, progress) {
+            (_, Progress::Paused) => self.paused(&wanted.deployment.name),
+            (Mode::Forward, Progress::Complete) if phase == Some(Phase::Ready) => {
+                self.steady(target, wanted)
+            }
+            (Mode::Forward, Progress::Complete) => self.succeeded(Mode::Forward, wanted, target),
+            (Mode::Forward, Progress::Failed { reason, message }) => match phase {
+                Some(Phase::Ready) => self.steady(target, wanted),
+                Some(Phase::Failed) => {}
+                _ => self.failed(desired, wanted, target, reason, &message),
+            },
+            (Mode::Forward, Progress::InProgress | Progress::NotObserved) => match phase {
+                Some(Phase::Ready) => self.steady(target, wanted),
+                Some(Phase::Failed) => {}
+                _ => {
+                    self.status.phase = Some(Phase::RollingOut);
+                    let message = format!("rolling out {}", wanted.normalized.version);
+                    self.rolling_conditions(reason::ROLLING_OUT, &message);
+                }
+            },
+            (_, Progress::Complete) => {
+                let done = conditions::is_true(&self.old.conditions, ROLLED_BACK)
+                    && phase == Some(Phase::RolledBack);
+                if !done {
+                    self.succeeded(mode, wanted, target);
+                }
+            }
+            (_, Progress::Failed { message, .. }) => {
+                if phase != Some(Phase::Failed) {
+                    self.rollback_failed(wanted, &message);
+                }
+            }
+            (_, Progress::InProgress | Progress::NotObserved) => {
+                if phase != Some(Phase::Failed) {
+                    self.status.phase = Some(Phase::RolledBack);
+                    let message = format!("rolling back to {}", wanted.normalized.version);
+                    let failure = conditions::get(&self.old.conditions, DEGRADED)
+                        .filter(|c| c.reason == reason::ROLLOUT_FAILED)
+                        .map(|c| c.message.clone());
+                    self.rolling_conditions(reason::ROLLING_BACK, &message);
+                    if mode == Mode::Automatic {
+                        // The spec still asks for the version that failed.
+                        let failure = failure
+                            .unwrap_or_else(|| format!("{} failed", desired.normalized.version));
+                        self.condition(DEGRADED, true, reason::ROLLOUT_FAILED, failure);
+                    }
+                    self.condition(
+                        ROLLED_BACK,
+                        Status::Unknown,
+                        reason::ROLLBACK_IN_PROGRESS,
+                        message,
+                    );
+                }
+            }
+        }
+    }
+
+    /// A Ready resource: report how well it is served, never fail it.
+    fn steady(&mut self, target: &Deployment, wanted: &Plan) {
+        let version = &wanted.normalized.version;
+        let mut message = format!("serving {version}");
+        if self.obs.autoscaled && wanted.normalized.replicas.is_some() {
+            message.push_str("; spec.replicas is not applied because a HorizontalPodAutoscaler scales the Deployment");
+        }
+        self.status.phase = Some(Phase::Ready);
+        self.condition(READY, true, reason::ROLLOUT_SUCCEEDED, message.clone());
+        self.condition(
+            PROGRESSING,
+            false,
+            reason::ROLLOUT_COMPLETE,
+            message.clone(),
+        );
+        match progress::degradation(target) {
+            Some((why, detail)) => self.condition(DEGRADED, true, why, detail),
+            None => self.condition(DEGRADED, false, reason::AS_EXPECTED, message.clone()),
+        }
+        self.condition(
+            RECONCILING,
+            false,
+            reason::ROLLOUT_COMPLETE,
+            message.clone(),
+        );
+        self.condition(STALLED, false, reason::ROLLOUT_COMPLETE, message);
+    }
+
+    fn succeeded(&mut self, mode: Mode, wanted: &Plan, target: &Deployment) {
+        let version = wanted.normalized.version.clone();
+        self.status.active_version = Some(version.clone());
+        let restored = &wanted.normalized;
+        if self.status.last_successful_spec.as_ref() != Some(restored) {
+            self.status.previous_successful_spec = self.status.last_successful_spec.take();
+            self.status.last_successful_spec = Some(restored.clone());
+        }
+        match mode {
+            Mode::Forward => {
+                let recovered = self.old.phase == Some(Phase::Failed);
+                self.status.rollback_request = None;
+                self.status.rollback_spec = None;
+                if conditions::get(&self.status.conditions, ROLLED_BACK).is_some() {
+                    self.condition(
+                        ROLLED_BACK,
+                        false,
+                        reason::AS_EXPECTED,
+                        "no rollback in effect",
+                    );
+                }
+                self.steady(target, wanted);
+                let message = if recovered {
+                    format!("{version} became available after all")
+                } else {
+                    format!("{version} is ready on every pod")
+                };
+                self.event(EventType::Normal, reason::ROLLOUT_SUCCEEDED, message);
+            }
+            Mode::Automatic | Mode::Manual => {
+                self.status.phase = Some(Phase::RolledBack);
+                let asked = self.status.desired_version.clone().unwrap_or_default();
+                let message = format!("restored {version}; spec.version asks for {asked}");
+                self.condition(
+                    ROLLED_BACK,
+                    true,
+                    reason::ROLLBACK_SUCCEEDED,
+                    message.clone(),
+                );
+                self.condition(
+                    PROGRESSING,
+                    false,
+                    reason::ROLLBACK_COMPLETE,
+                    message.clone(),
+                );
+                self.condition(
+                    RECONCILING,
+                    false,
+                    reason::ROLLBACK_COMPLETE,
+                    message.clone(),
+                );
+                if mode == Mode::Automatic {
+                    // The spec still asks for a version that failed: not
+                    // ready, and stalled until someone changes the spec.
+                    self.condition(READY, false, reason::ROLLED_BACK, message.clone());
+                    self.condition(STALLED, true, reason::ROLLED_BACK, message.clone());
+                } else {
+                    self.condition(READY, true, reason::MANUAL_ROLLBACK, message.clone());
+                    self.condition(DEGRADED, false, reason::MANUAL_ROLLBACK, message.clone());
+                    self.condition(STALLED, false, reason::MANUAL_ROLLBACK, message.clone());
+                }
+                self.event(EventType::Normal, reason::ROLLBACK_SUCCEEDED, message);
+            }
+        }
+    }
+
+    /// A forward rollout failed: roll back to the last successful spec when
+    /// there is one to go back to, else stop in `Failed`.
+    fn failed(
+        &mut self,
+        desired: &Plan,
+        wanted: &Plan,
+        target: &Deployment,
+        why: &'static str,
+        detail: &str,
+    ) {
+        let version = wanted.normalized.version.clone();
+        let last = self.old.last_successful_spec.clone();
+        let last_plan = last.as_ref().map(|spec| self.plan(spec));
+        if last_plan
+            .as_ref()
+            .is_some_and(|p| p.spec_hash == wanted.spec_hash)
+        {
+            // The spec being rolled out is the last good one: a good version
+            // is never marked failed nor rolled back to itself.
+            let message = format!("{version} is not fully available: {detail}");
+            self.condition(READY, false, why, message.clone());
+            self.condition(PROGRESSING, false, why, message.clone());
+            self.condition(DEGRADED, true, why, message.clone());
+            self.condition(RECONCILING, false, why, message.clone());
+            self.condition(STALLED, true, why, message);
+            return;
+        }
+        self.status.failed_spec_hash = Some(desired.spec_hash.clone());
+        let failure = format!("{version} did not become ready: {detail}");
+        let rollback = desired.normalized.rollout_strategy.rollback_on_failure;
+        match last_plan {
+            Some(restore) if rollback => {
+                let restored = restore.normalized.version.clone();
+                self.status.phase = Some(Phase::RolledBack);
+                self.status.rollback_spec = Some(restore.normalized.clone());
+                self.status.rollback_request = Some(format!("automatic:{restored}"));
+                self.status.rollback_count = Some(self.status.rollback_count.unwrap_or(0) + 1);
+                self.status.applied_spec_hash = Some(restore.spec_hash.clone());
+                self.status.manifest_hash = Some(restore.manifest_hash.clone());
+                self.status.last_rollout_time = Some(self.obs.now.clone());
+                let message = format!("{failure}; rolling back to {restored}");
+                self.event(EventType::Warning, reason::ROLLOUT_FAILED, failure.clone());
+                self.rolling_conditions(reason::ROLLING_BACK, &message);
+                self.condition(DEGRADED, true, reason::ROLLOUT_FAILED, failure);
+                self.condition(
+                    ROLLED_BACK,
+                    Status::Unknown,
+                    reason::ROLLBACK_IN_PROGRESS,
+                    message,
+                );
+                self.event(
+                    EventType::Warning,
+                    reason::ROLLBACK_STARTED,
+                    format!("rolling back to {restored}"),
+                );
+                let before = serde_json::to_value(target).expect("a Deployment serializes");
+                let mut after = before.clone();
+                let cm_changes = match self.config_map(&restore) {
+                    Some(cm) => config_map_drift(cm, &restore.config_map),
+                    None => vec!["ConfigMap missing"],
+                };
+                if restore.deployment.apply_to(&mut after).is_ok() {
+                    let changes = changed_fields(&before, &after);
+                    self.write_fields(&restore, target, &cm_changes, &changes);
+                }
+            }
+            _ => {
+                let why_not = if rollback {
+                    "there is no earlier successful version to roll back to"
+                } else {
+                    "rollbackOnFailure is false"
+                };
+                let message = format!("{failure}; {why_not}");
+                self.event(EventType::Warning, reason::ROLLOUT_FAILED, message.clone());
+                self.status.phase = Some(Phase::Failed);
+                self.condition(READY, false, why, message.clone());
+                self.condition(PROGRESSING, false, why, message.clone());
+                self.condition(DEGRADED, true, why, message.clone());
+                self.condition(RECONCILING, false, why, message.clone());
+                self.condition(STALLED, true, why, message);
+            }
+        }
+    }
+
+    fn rollback_failed(&mut self, wanted: &Plan, detail: &str) {
+        let message = format!(
+            "rollback to {} did not become ready either: {detail}",
+            wanted.normalized.version
+        );
+        self.status.phase = Some(Phase::Failed);
+        let why = reason::ROLLBACK_FAILED;
+        self.condition(READY, false, why, message.clone());
+        self.condition(PROGRESSING, false, why, message.clone());
+        self.condition(DEGRADED, true, why, message.clone());
+        self.condition(ROLLED_BACK, false, why, message.clone());
+        self.condition(RECONCILING, false, why, message.clone());
+        self.condition(STALLED, true, why, message.clone());
+        self.event(EventType::Warning, reason::ROLLBACK_FAILED, message);
+    }
+
+    fn paused(&mut self, name: &str) {
+        let message =
+            format!("Deployment {name} is paused; the rollout continues when it is resumed");
+        let why = reason::DEPLOYMENT_PAUSED;
+        if self.entering(why) {
+            self.event(EventType::Normal, why, message.clone());
+        }
+        self.condition(READY, false, why, message.clone());
+        self.condition(PROGRESSING, false, why, message.clone());
+        self.condition(RECONCILING, false, why, message.clone());
+        self.condition(STALLED, false, why, message);
+    }
+
+    // ---- resources that cannot be acted on ----
+
+    fn invalid(&mut self, errors: &[crate::api::FieldError]) {
+        let message = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let why = reason::INVALID_SPEC;
+        if self.entering(why) || self.old.observed_generation != Some(self.generation()) {
+            self.event(EventType::Warning, why, message.clone());
+        }
+        self.status.phase.get_or_insert(Phase::Pending);
+        self.condition(READY, false, why, message.clone());
+        self.condition(RECONCILING, false, why, message.clone());
+        self.condition(STALLED, true, why, message);
+    }
+
+    fn reject_rollback(&mut self, rejection: &Rejection) {
+        let retained = if rejection.retained.is_empty() {
+            "none yet".to_owned()
+        } else {
+            rejection.retained.join(", ")
+        };
+        let message = format!(
+            "{ROLLBACK_TO_ANNOTATION}={} is not a retained version (retained: {retained}); nothing was changed",
+            rejection.version
+        );
+        let why = reason::ROLLBACK_TARGET_UNAVAILABLE;
+        if self.entering(why) {
+            self.event(
+                EventType::Warning,
+                reason::ROLLBACK_REJECTED,
+                format!("{why}: {message}"),
+            );
+        }
+        self.condition(READY, false, why, message.clone());
+        self.condition(RECONCILING, false, why, message.clone());
+        self.condition(STALLED, true, why, message);
+    }
+
+    /// The target cannot be acted on until something outside changes;
+    /// these heal by themselves.
+    fn blocked(&mut self, why: &'static str, message: String) {
+        if self.entering(why) {
+            self.event(EventType::Warning, why, message.clone());
+        }
+        if self.status.active_version.is_none() {
+            self.status.phase = Some(Phase::Pending);
+        }
+        self.condition(READY, false, why, message.clone());
+        self.condition(PROGRESSING, false, why, message.clone());
+        self.condition(
+            DEGRADED,
+            why == reason::TARGET_CONFLICT,
+            why,
+            message.clone(),
+        );
+        self.condition(RECONCILING, true, why, message.clone());
+        self.condition(STALLED, false, why, message);
+    }
+}
+
+struct Rejection {
+    version: String,
+    retained: Vec<String>,
+}
+
+/// `(created, key)` ordering: older first, unknown creation last, then by name.
+fn claim_order(
+    a: &(Option<k8s_openapi::jiff::Timestamp>, String),
+    b: &(Option<k8s_openapi::jiff::Timestamp>, String),
+) -> std::cmp::Ordering {
+    let rank = |t: &Option<k8s_openapi::jiff::Timestamp>| t.map_or((1, None), |t| (0, Some(t)));
+    rank(&a.0).cmp(&rank(&b.0)).then_with(|| a.1.cmp(&b.1))
+}
+
+/// The operator's watch label, added when adopting a Deployment written by
+/// the earlier operator: not drift, and no pod is touched.
+const ADOPTION_LABEL: &str = "watch label";
+
+/// Which owned fields differ between a Deployment and the same Deployment
+/// with the owned fields applied.
+fn changed_fields(before: &Value, after: &Value) -> Vec<&'static str> {
+    let differs = |pointer: &str| before.pointer(pointer) != after.pointer(pointer);
+    let mut changes = Vec::new();
+    let containers = "/spec/template/spec/containers";
+    if differs(containers) {
+        changes.push("the OPENMED_SERVICE_PRELOAD_MODELS entry");
+    }
+    if differs("/spec/template/metadata/annotations") {
+        changes.push("pod-template annotations");
+    }
+    if differs("/spec/replicas") {
+        changes.push("replicas");
+    }
+    if differs("/spec/strategy") {
+        changes.push("strategy");
+    }
+    if differs("/spec/progressDeadlineSeconds") {
+        changes.push("progressDeadlineSeconds");
+    }
+    if differs("/metadata/annotations") {
+        changes.push("ownership annotation");
+    }
+    if differs("/metadata/labels") {
+        changes.push(ADOPTION_LABEL);
+    }
+    changes
+}
+
+/// Which parts of an observed ConfigMap differ from the planned one.
+fn config_map_drift(observed: &ConfigMap, planned: &ConfigMap) -> Vec<&'static str> {
+    let mut changes = Vec::new();
+    if observed.data != planned.data {
+        changes.push("ConfigMap data");
+    }
+    let subset = |want: &Option<std::collections::BTreeMap<String, String>>,
+                  have: &Option<std::collections::BTreeMap<String, String>>| {
+        want.iter()
+            .flatten()
+            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+    };
+    if !subset(&planned.metadata.labels, &observed.metadata.labels)
+        || !subset(
+            &planned.metadata.annotations,
+            &observed.metadata.annotations,
+        )
+    {
+        changes.push("ConfigMap labels or annotations");
+    }
+    let refs = observed
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default();
+    let wanted_refs = planned
+        .metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or_default();
+    if !wanted_refs.iter().all(|w| refs.contains(w)) {
+        changes.push("ConfigMap owner reference");
+    }
+    changes
+}
+
+/// The container whose environment carries the preload variable from a ConfigMap.
+fn preload_container(deployment: &Value) -> Option<String> {
+    let containers = deployment
+        .pointer("/spec/template/spec/containers")?
+        .as_array()?;
+    containers
+        .iter()
+        .find(|c| {
+            c.get("env").and_then(Value::as_array).is_some_and(|env| {
+                env.iter().any(|e| {
+                    e.get("name").and_then(Value::as_str) == Some(PRELOAD_ENV)
+                        && e.pointer("/valueFrom/configMapKeyRef").is_some()
+                })
+            })
+        })
+        .and_then(|c| c.get("name").and_then(Value::as_str).map(str::to_owned))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+//! Status conditions with metav1.Condition semantics.
+//!
+//! `lastTransitionTime` changes only when a condition's status changes, and
+//! every condition carries the generation it was computed for, so a status
+//! rewritten with the same meaning is byte-identical and no watch is
+//! triggered by the operator's own no-op passes.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Condition types, in the order they are kept in status.
+pub const READY: &str = "Ready";
+/// A rollout or rollback is under way (or was just judged).
+pub const PROGRESSING: &str = "Progressing";
+/// The resource does not serve what its spec asks, or serves it poorly.
+pub const DEGRADED: &str = "Degraded";
+/// A rollback is in effect: Unknown while it runs, True once it succeeded.
+pub const ROLLED_BACK: &str = "RolledBack";
+/// kstatus: the operator is still working towards the spec.
+pub const RECONCILING: &str = "Reconciling";
+/// kstatus: the operator cannot make progress without a change.
+pub const STALLED: &str = "Stalled";
+
+const ORDER: [&str; 6] = [
+    READY,
+    PROGRESSING,
+    DEGRADED,
+    ROLLED_BACK,
+    RECONCILING,
+    STALLED,
+];
+
+/// Tri-state condition status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// `True`
+    True,
+    /// `False`
+    False,
+    /// `Unknown`
+    Unknown,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for Status {
+    fn from(b: bool) -> Self {
+        if b { Status::True } else { Status::False }
+    }
+}
+
+/// Sets a condition, keeping `lastTransitionTime` unless the status changes.
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: impl Into<Status>,
+    reason: &str,
+    message: impl Into<String>,
+    generation: i64,
+    now: &Time,
+) {
+    let status = status.into().as_str();
+    let message = message.into();
+    if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if existing.status != status {
+            existing.last_transition_time = now.clone();
+        }
+        existing.status = status.to_owned();
+        existing.reason = reason.to_owned();
+        existing.message = message;
+        existing.observed_generation = Some(generation);
+    } else {
+        conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: Some(generation),
+            last_transition_time: now.clone(),
+        });
+    }
+    conditions.sort_by_key(|c| {
+        ORDER
+            .iter()
+            .position(|t| *t == c.type_)
+            .unwrap_or(ORDER.len())
+    });
+}
+
+/// The condition of that type, if present.
+pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// True when the condition is present with status `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    get(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(second: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap())
+    }
+
+    #[test]
+    fn transition_time_changes_only_with_status() {
+        let mut c = Vec::new();
+        set(&mut c, READY, false, "RollingOut", "a", 1, &at(10));
+        set(&mut c, READY, false, "Other", "b", 2, &at(20));
+        assert_eq!(c[0].last_transition_time, at(10));
+        assert_eq!(
+            (c[0].reason.as_str(), c[0].observed_generation),
+            ("Other", Some(2))
+        );
+        set(&mut c, READY, true, "Done", "c", 2, &at(30));
+        assert_eq!(c[0].last_transition_time, at(30));
+    }
+
+    #[test]
+    fn conditions_keep_a_stable_order() {
+        let mut c = Vec::new();
+        set(&mut c, STALLED, false, "r", "", 1, &at(1));
+        set(&mut c, READY, false, "r", "", 1, &at(1));
+        set(&mut c, PROGRESSING, Status::Unknown, "r", "", 1, &at(1));
+        let types: Vec<&str> = c.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, [READY, PROGRESSING, STALLED]);
+    }
+}

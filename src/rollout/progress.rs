@@ -1,0 +1,144 @@
+//! Reading a Deployment's progress for the generation the operator wrote.
+//!
+//! The Deployment controller reports progress in its status: counts, and the
+//! `Progressing`, `Available` and `ReplicaFailure` conditions
+//! (<https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#deployment-status>).
+//! A condition written before the operator's last write is about an older
+//! rollout: after a template change the controller keeps a
+//! `ProgressDeadlineExceeded` condition until it sees progress, so such a
+//! condition counts only when it is newer than the write, or when the
+//! deadline has passed since the write with no completion.
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// Where a Deployment stands for one generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// The controller has not yet seen that generation.
+    NotObserved,
+    /// Pods are being replaced.
+    InProgress,
+    /// Every pod runs the generation's template and is available.
+    Complete,
+    /// The rollout cannot finish: reason (`ProgressDeadlineExceeded` or
+    /// `ReplicaFailure`) and the controller's message.
+    Failed {
+        /// Condition reason reported by the operator.
+        reason: &'static str,
+        /// The Deployment controller's message.
+        message: String,
+    },
+    /// `spec.paused`: the controller will not roll until resumed.
+    Paused,
+}
+
+/// Judges `deployment` against `generation`, the one the operator's write
+/// produced. `since` is when that write happened (conditions not newer are
+/// stale), and `now` with the deadline lets a stale-looking but persisting
+/// deadline condition count once the deadline has passed since the write.
+pub fn judge(
+    deployment: &Deployment,
+    generation: i64,
+    since: Option<&Time>,
+    now: &Time,
+) -> Progress {
+    let spec = deployment.spec.as_ref();
+    if spec.and_then(|s| s.paused) == Some(true) {
+        return Progress::Paused;
+    }
+    let Some(status) = deployment.status.as_ref() else {
+        return Progress::NotObserved;
+    };
+    if status.observed_generation.unwrap_or(0) < generation {
+        return Progress::NotObserved;
+    }
+    if is_complete(deployment) {
+        return Progress::Complete;
+    }
+    let deadline = spec
+        .and_then(|s| s.progress_deadline_seconds)
+        .unwrap_or(600);
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    let fresh = |c: &DeploymentCondition| match since {
+        None => true,
+        Some(since) => {
+            let stamp = c
+                .last_update_time
+                .as_ref()
+                .or(c.last_transition_time.as_ref());
+            stamp.is_some_and(|t| t.0 > since.0)
+                || now.0.as_second() >= since.0.as_second() + i64::from(deadline)
+        }
+    };
+    for c in conditions {
+        let failed = match (c.type_.as_str(), c.status.as_str(), c.reason.as_deref()) {
+            ("Progressing", "False", Some("ProgressDeadlineExceeded")) => {
+                Some("ProgressDeadlineExceeded")
+            }
+            ("ReplicaFailure", "True", _) => Some("ReplicaFailure"),
+            _ => None,
+        };
+        if let Some(reason) = failed
+            && fresh(c)
+        {
+            return Progress::Failed {
+                reason,
+                message: c.message.clone().unwrap_or_default(),
+            };
+        }
+    }
+    Progress::InProgress
+}
+
+/// The replica count the Deployment wants (its own `spec.replicas`, which
+/// the operator or an autoscaler sets).
+pub fn wanted_replicas(deployment: &Deployment) -> i32 {
+    deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1)
+}
+
+/// All pods are updated, ready and available, none unavailable, and no
+/// old pod remains.
+fn is_complete(deployment: &Deployment) -> bool {
+    let want = wanted_replicas(deployment);
+    let Some(s) = deployment.status.as_ref() else {
+        return false;
+    };
+    s.updated_replicas.unwrap_or(0) == want
+        && s.ready_replicas.unwrap_or(0) == want
+        && s.available_replicas.unwrap_or(0) == want
+        && s.unavailable_replicas.unwrap_or(0) == 0
+        && s.replicas.unwrap_or(0) == want
+}
+
+/// Why a Deployment that finished rolling out serves less than it should,
+/// if it does: reason and message.
+pub fn degradation(deployment: &Deployment) -> Option<(&'static str, String)> {
+    let conditions = deployment.status.as_ref()?.conditions.as_deref()?;
+    let find = |type_: &str, status: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .map(|c| c.message.clone().unwrap_or_default())
+    };
+    if let Some(message) = find("ReplicaFailure", "True") {
+        return Some(("ReplicaFailure", message));
+    }
+    if let Some(message) = find("Available", "False") {
+        return Some(("MinimumReplicasUnavailable", message));
+    }
+    None
+}
+
+/// The Deployment's `spec.minReadySeconds` (0 when unset).
+pub fn min_ready_seconds(deployment: &Deployment) -> i32 {
+    deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.min_ready_seconds)
+        .unwrap_or(0)
+}

@@ -1,0 +1,1240 @@
+//! Every branch of `decide`, driven through a small simulated world with a
+//! fixed clock: the operator shell's loop, a server-side apply of the owned
+//! fields, and a Deployment controller moved by hand.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::names::{MANIFEST_HASH_ANNOTATION, OPERATED_BY_LABEL};
+
+const UID: &str = "uid-1";
+
+fn at(second: i64) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + second).unwrap())
+}
+
+/// A namespace with one OpenMedModel, its Deployment and ConfigMaps.
+struct World {
+    resource: ResourceView,
+    deployment: Option<Value>,
+    other_deployments: Vec<Value>,
+    config_maps: Vec<ConfigMap>,
+    rivals: Vec<Rival>,
+    autoscaled: bool,
+    settings: Settings,
+    now: i64,
+    events: Vec<Event>,
+    writes: Vec<Write>,
+}
+
+fn spec(version: &str) -> Value {
+    json!({"family": "pii", "tier": "Small", "version": version, "replicas": 2})
+}
+
+fn deployment(name: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "ns", "generation": 1, "labels": {"app": name}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "openmed-service", "image": "openmed",
+                                         "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "value": "boot"}]}]},
+            },
+        },
+        "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2},
+    })
+}
+
+impl World {
+    fn new(spec: Value) -> Self {
+        World {
+            resource: ResourceView {
+                namespace: "ns".into(),
+                name: "svc".into(),
+                uid: UID.into(),
+                generation: 1,
+                created: Some(at(0)),
+                annotations: BTreeMap::new(),
+                deleting: false,
+                spec,
+                status: Default::default(),
+            },
+            deployment: Some(deployment("svc")),
+            other_deployments: Vec::new(),
+            config_maps: Vec::new(),
+            rivals: Vec::new(),
+            autoscaled: false,
+            settings: Settings::default(),
+            now: 100,
+            events: Vec::new(),
+            writes: Vec::new(),
+        }
+    }
+
+    fn typed(value: &Value) -> Deployment {
+        serde_json::from_value(value.clone()).unwrap()
+    }
+
+    fn decide(&self) -> Decision {
+        let all: Vec<Deployment> = self
+            .deployment
+            .iter()
+            .chain(&self.other_deployments)
+            .map(Self::typed)
+            .collect();
+        let key = self.resource.key();
+        let claimed: Vec<&Deployment> = all
+            .iter()
+            .filter(|d| {
+                d.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(MODEL_RESOURCE_ANNOTATION))
+                    == Some(&key)
+            })
+            .collect();
+        let name = target_name(&self.resource);
+        let target = all
+            .iter()
+            .find(|t| t.metadata.name.as_deref() == Some(&name));
+        let cms: Vec<&ConfigMap> = self.config_maps.iter().collect();
+        decide(&Observed {
+            resource: &self.resource,
+            target,
+            autoscaled: self.autoscaled,
+            rivals: &self.rivals,
+            claimed: &claimed,
+            config_maps: &cms,
+            settings: self.settings,
+            now: at(self.now),
+        })
+    }
+
+    /// The operator shell's loop: status first, then events and writes,
+    /// then decide again until nothing is left to write.
+    fn reconcile(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        self.writes.clear();
+        for _ in 0..5 {
+            let d = self.decide();
+            self.resource.status = d.status;
+            events.extend(d.events);
+            if d.writes.is_empty() {
+                self.events.extend(events.clone());
+                return events;
+            }
+            for w in d.writes {
+                self.execute(&w);
+                self.writes.push(w);
+            }
+        }
+        panic!("decide kept asking for writes");
+    }
+
+    fn execute(&mut self, write: &Write) {
+        match write {
+            Write::ApplyConfigMap(cm) => {
+                self.config_maps
+                    .retain(|c| c.metadata.name != cm.metadata.name);
+                let mut cm = (**cm).clone();
+                cm.metadata.uid = Some(format!("cm-{}", cm.metadata.name.as_deref().unwrap()));
+                self.config_maps.push(cm);
+            }
+            Write::DeleteConfigMap { name, .. } => {
+                self.config_maps
+                    .retain(|c| c.metadata.name.as_deref() != Some(name));
+            }
+            Write::ApplyDeployment { name, body, .. } => {
+                let target = std::iter::once(&mut self.deployment)
+                    .flatten()
+                    .chain(self.other_deployments.iter_mut())
+                    .find(|d| d["metadata"]["name"] == json!(name))
+                    .expect("apply on an existing Deployment");
+                server_side_apply(target, body);
+            }
+        }
+    }
+
+    fn status(&self) -> &OpenMedModelStatus {
+        &self.resource.status
+    }
+
+    fn condition(&self, type_: &str) -> (String, String) {
+        let c = conditions::get(&self.status().conditions, type_)
+            .unwrap_or_else(|| panic!("no {type_} condition"));
+        (c.status.clone(), c.reason.clone())
+    }
+
+    fn dep(&mut self) -> &mut Value {
+        self.deployment.as_mut().unwrap()
+    }
+
+    fn preload(&self) -> Value {
+        self.deployment.as_ref().unwrap()["spec"]["template"]["spec"]["containers"][0]["env"][0]
+            .clone()
+    }
+
+    fn template_hash(&self) -> Value {
+        self.deployment.as_ref().unwrap()["spec"]["template"]["metadata"]["annotations"]
+            [MANIFEST_HASH_ANNOTATION]
+            .clone()
+    }
+
+    fn cm_version(&self) -> String {
+        self.config_maps[0].data.as_ref().unwrap()["OPENMED_SERVICE_PRELOAD_MODELS"].clone()
+    }
+
+    /// The Deployment controller rolls every pod to the current template.
+    fn pods_ready(&mut self) {
+        let d = self.dep();
+        let want = d["spec"]["replicas"].clone();
+        d["status"] = json!({
+            "observedGeneration": d["metadata"]["generation"], "replicas": want, "updatedReplicas": want,
+            "readyReplicas": want, "availableReplicas": want,
+            "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+                           {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}],
+        });
+    }
+
+    /// The new pods never get ready; the deadline passes at `now`.
+    fn deadline_exceeded(&mut self) {
+        let now = json!(at(self.now));
+        let d = self.dep();
+        d["status"] = json!({
+            "observedGeneration": d["metadata"]["generation"], "replicas": 3, "updatedReplicas": 1,
+            "readyReplicas": 2, "availableReplicas": 2, "unavailableReplicas": 1,
+            "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                            "message": "ReplicaSet \"svc-abc\" has timed out progressing.",
+                            "lastUpdateTime": now, "lastTransitionTime": now}],
+        });
+    }
+
+    fn set_version(&mut self, version: &str) {
+        self.resource.spec["version"] = json!(version);
+        self.resource.generation += 1;
+    }
+
+    fn annotate_rollback(&mut self, version: Option<&str>) {
+        match version {
+            Some(v) => self
+                .resource
+                .annotations
+                .insert(ROLLBACK_TO_ANNOTATION.into(), v.into()),
+            None => self.resource.annotations.remove(ROLLBACK_TO_ANNOTATION),
+        };
+    }
+
+    /// Rolls out `version` and lets it succeed.
+    fn ready_at(version: &str) -> Self {
+        let mut w = World::new(spec(version));
+        w.reconcile();
+        w.pods_ready();
+        w.now += 10;
+        w.reconcile();
+        assert_eq!(w.status().phase, Some(Phase::Ready));
+        w
+    }
+
+    fn upgrade(&mut self, version: &str) {
+        self.set_version(version);
+        self.now += 10;
+        self.reconcile();
+        self.pods_ready();
+        self.now += 10;
+        self.reconcile();
+        assert_eq!(self.status().phase, Some(Phase::Ready));
+    }
+
+    /// Rolls out `version`, which never gets ready.
+    fn fail_rollout(&mut self, version: &str) -> Vec<Event> {
+        self.set_version(version);
+        self.now += 10;
+        self.reconcile();
+        self.now += 600;
+        self.deadline_exceeded();
+        self.reconcile()
+    }
+}
+
+/// Just enough server-side apply for the bodies `plan` builds: fields in the
+/// body are set, list items merge by name, an empty `value` is stored as
+/// absent, and owned marks missing from the body are removed.
+fn server_side_apply(target: &mut Value, body: &Value) {
+    let before = target["spec"].clone();
+    let meta = &mut target["metadata"];
+    for key in ["annotations", "labels"] {
+        let owned = if key == "annotations" {
+            MODEL_RESOURCE_ANNOTATION
+        } else {
+            OPERATED_BY_LABEL
+        };
+        match body["metadata"].get(key) {
+            Some(Value::Object(m)) => {
+                for (k, v) in m {
+                    meta[key][k] = v.clone();
+                }
+            }
+            _ => {
+                if let Some(m) = meta.get_mut(key).and_then(Value::as_object_mut) {
+                    m.remove(owned);
+                }
+            }
+        }
+    }
+    let spec = &body["spec"];
+    for key in ["replicas", "progressDeadlineSeconds", "strategy"] {
+        if let Some(v) = spec.get(key) {
+            target["spec"][key] = v.clone();
+        }
+    }
+    let annotations = &spec["template"]["metadata"]["annotations"];
+    let live = &mut target["spec"]["template"]["metadata"]["annotations"];
+    if !live.is_object() {
+        *live = json!({});
+    }
+    for (k, v) in annotations.as_object().unwrap() {
+        live[k] = v.clone();
+    }
+    if annotations.get(MODEL_RESOURCE_ANNOTATION).is_none() {
+        live.as_object_mut()
+            .unwrap()
+            .remove(MODEL_RESOURCE_ANNOTATION);
+    }
+    for container in spec
+        .pointer("/template/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let containers = target["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .unwrap();
+        let live = containers
+            .iter_mut()
+            .find(|c| c["name"] == container["name"])
+            .expect("container exists");
+        for entry in container["env"].as_array().unwrap() {
+            let mut stored = entry.clone();
+            if stored["value"] == json!("") {
+                stored.as_object_mut().unwrap().remove("value");
+            }
+            let env = live["env"].as_array_mut().unwrap();
+            match env.iter_mut().find(|e| e["name"] == entry["name"]) {
+                Some(e) => *e = stored,
+                None => env.push(stored),
+            }
+        }
+    }
+    if target["spec"] != before {
+        let generation = target["metadata"]["generation"].as_i64().unwrap();
+        target["metadata"]["generation"] = json!(generation + 1);
+    }
+}
+
+fn reasons(events: &[Event]) -> Vec<&'static str> {
+    events.iter().map(|e| e.reason).collect()
+}
+
+// ---- rollout ----
+
+#[test]
+fn a_new_resource_rolls_out_its_version() {
+    let mut w = World::new(spec("v1"));
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLOUT_STARTED]);
+    assert!(
+        matches!(w.writes[0], Write::ApplyConfigMap(_)),
+        "ConfigMap first"
+    );
+    assert!(matches!(
+        w.writes[1],
+        Write::ApplyDeployment {
+            best_effort: false,
+            ..
+        }
+    ));
+    let s = w.status();
+    assert_eq!(s.phase, Some(Phase::RollingOut));
+    assert_eq!(s.desired_version.as_deref(), Some("v1"));
+    assert_eq!(s.applied_spec_hash, s.desired_spec_hash);
+    assert!(s.manifest_hash.is_some());
+    assert_eq!(
+        s.target_deployment_generation,
+        Some(2),
+        "the generation our write produced"
+    );
+    assert_eq!(s.last_rollout_time, Some(at(100)));
+    assert_eq!(s.observed_generation, Some(1));
+    assert_eq!(w.condition(READY), ("False".into(), "RollingOut".into()));
+    assert_eq!(
+        w.condition(PROGRESSING),
+        ("True".into(), "RollingOut".into())
+    );
+    assert_eq!(w.condition(RECONCILING).0, "True");
+    assert_eq!(
+        w.preload()["valueFrom"]["configMapKeyRef"]["name"],
+        "svc-model-manifest"
+    );
+    assert!(w.preload().get("value").is_none());
+    assert_eq!(w.cm_version(), "v1");
+}
+
+#[test]
+fn success_needs_every_pod_updated_ready_and_available() {
+    let mut w = World::new(spec("v1"));
+    w.reconcile();
+    // The controller has seen our generation but old pods remain.
+    let generation = w.dep()["metadata"]["generation"].clone();
+    w.dep()["status"] = json!({"observedGeneration": generation, "replicas": 3, "updatedReplicas": 2,
+                               "readyReplicas": 3, "availableReplicas": 3});
+    assert!(w.reconcile().is_empty());
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+    w.pods_ready();
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLOUT_SUCCEEDED]);
+    let s = w.status();
+    assert_eq!(s.phase, Some(Phase::Ready));
+    assert_eq!(s.active_version.as_deref(), Some("v1"));
+    assert_eq!(s.last_successful_spec.as_ref().unwrap().version, "v1");
+    assert_eq!(s.previous_successful_spec, None);
+    assert_eq!(
+        w.condition(READY),
+        ("True".into(), "RolloutSucceeded".into())
+    );
+    assert_eq!(w.condition(PROGRESSING).0, "False");
+    assert_eq!(w.condition(DEGRADED).0, "False");
+    assert_eq!(w.condition(RECONCILING).0, "False");
+    assert_eq!(w.condition(STALLED).0, "False");
+}
+
+#[test]
+fn an_unobserved_generation_is_never_judged() {
+    let mut w = World::new(spec("v1"));
+    w.reconcile();
+    // Counts look complete, but for the previous generation.
+    w.dep()["status"]["observedGeneration"] = json!(1);
+    assert!(w.reconcile().is_empty());
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+}
+
+#[test]
+fn a_steady_state_writes_nothing_and_keeps_status_identical() {
+    let mut w = World::ready_at("v1");
+    let before = w.status().clone();
+    w.now += 3600;
+    let d = w.decide();
+    assert!(d.writes.is_empty());
+    assert!(d.events.is_empty());
+    assert_eq!(d.status, before, "no fresh timestamps on a no-op pass");
+}
+
+#[test]
+fn an_upgrade_keeps_the_previous_successful_spec() {
+    let mut w = World::ready_at("v1");
+    let events = {
+        w.set_version("v2");
+        w.reconcile()
+    };
+    assert_eq!(events[0].message, "rolling out v2 (serving v1)");
+    w.pods_ready();
+    w.reconcile();
+    let s = w.status();
+    assert_eq!(s.last_successful_spec.as_ref().unwrap().version, "v2");
+    assert_eq!(s.previous_successful_spec.as_ref().unwrap().version, "v1");
+    assert_eq!(s.active_version.as_deref(), Some("v2"));
+}
+
+#[test]
+fn recreate_serves_nothing_while_it_rolls() {
+    let mut w = World::ready_at("v1");
+    w.resource.spec["rolloutStrategy"] = json!({"type": "Recreate"});
+    w.set_version("v2");
+    w.reconcile();
+    assert_eq!(w.status().active_version, None);
+    assert_eq!(w.dep()["spec"]["strategy"], json!({"type": "Recreate"}));
+}
+
+// ---- failure and automatic rollback ----
+
+#[test]
+fn a_version_that_never_gets_ready_is_rolled_back_with_every_field_recorded() {
+    let mut w = World::ready_at("v1");
+    let v1_hash = w.status().applied_spec_hash.clone();
+    let v1_template = w.template_hash();
+    let events = w.fail_rollout("v2");
+    assert_eq!(
+        reasons(&events),
+        [reason::ROLLOUT_FAILED, reason::ROLLBACK_STARTED]
+    );
+    assert!(
+        events[0].message.contains("v2 did not become ready"),
+        "{}",
+        events[0].message
+    );
+    let s = w.status();
+    assert_eq!(s.phase, Some(Phase::RolledBack));
+    assert_eq!(
+        s.desired_version.as_deref(),
+        Some("v2"),
+        "desiredVersion stays the failed version"
+    );
+    assert_eq!(s.failed_spec_hash, s.desired_spec_hash);
+    assert_eq!(s.rollback_spec.as_ref().unwrap().version, "v1");
+    assert_eq!(s.rollback_request.as_deref(), Some("automatic:v1"));
+    assert_eq!(s.rollback_count, Some(1));
+    assert_eq!(s.applied_spec_hash, v1_hash);
+    assert_eq!(s.active_version.as_deref(), Some("v1"));
+    assert_eq!(
+        w.condition(DEGRADED),
+        ("True".into(), "RolloutFailed".into())
+    );
+    assert_eq!(
+        w.condition(ROLLED_BACK),
+        ("Unknown".into(), "RollbackInProgress".into())
+    );
+    assert_eq!(w.template_hash(), v1_template, "the v1 template is back");
+    assert_eq!(w.cm_version(), "v1");
+
+    w.pods_ready();
+    w.now += 10;
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLBACK_SUCCEEDED]);
+    let s = w.status();
+    assert_eq!(s.phase, Some(Phase::RolledBack));
+    assert_eq!(s.active_version.as_deref(), Some("v1"));
+    assert_eq!(
+        w.condition(ROLLED_BACK),
+        ("True".into(), "RollbackSucceeded".into())
+    );
+    assert_eq!(w.condition(READY), ("False".into(), "RolledBack".into()));
+    assert_eq!(w.condition(STALLED).0, "True");
+    assert_eq!(w.condition(DEGRADED).0, "True");
+
+    // Later passes never retry v2 and count the rollback once.
+    for _ in 0..3 {
+        w.now += 60;
+        assert!(w.reconcile().is_empty());
+        assert!(w.writes.is_empty());
+    }
+    assert_eq!(w.status().rollback_count, Some(1));
+    assert_eq!(w.cm_version(), "v1");
+}
+
+#[test]
+fn a_deadline_condition_from_before_the_write_is_not_held_against_it() {
+    let mut w = World::ready_at("v1");
+    // A stale deadline condition, stamped before the next rollout.
+    w.deadline_exceeded();
+    w.set_version("v2");
+    w.now += 10;
+    w.reconcile();
+    let generation = w.dep()["metadata"]["generation"].clone();
+    w.dep()["status"]["observedGeneration"] = generation;
+    let d = w.decide();
+    assert!(d.writes.is_empty() && d.events.is_empty(), "{d:?}");
+    assert_eq!(d.status.phase, Some(Phase::RollingOut));
+    assert_eq!(
+        d.requeue_after,
+        Some(Duration::from_secs(601)),
+        "look again when the deadline passes"
+    );
+    // If it persists for a whole deadline after the write, it counts.
+    w.now += 601;
+    assert_eq!(
+        reasons(&w.reconcile()),
+        [reason::ROLLOUT_FAILED, reason::ROLLBACK_STARTED]
+    );
+}
+
+#[test]
+fn a_replica_failure_during_a_rollout_fails_it() {
+    let mut w = World::ready_at("v1");
+    w.set_version("v2");
+    w.reconcile();
+    w.now += 5;
+    let now = json!(at(w.now));
+    let d = w.dep();
+    d["status"] = json!({"observedGeneration": d["metadata"]["generation"], "replicas": 2, "updatedReplicas": 0,
+                         "readyReplicas": 2, "availableReplicas": 2,
+                         "conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                                         "message": "exceeded quota", "lastUpdateTime": now}]});
+    let events = w.reconcile();
+    assert_eq!(
+        reasons(&events),
+        [reason::ROLLOUT_FAILED, reason::ROLLBACK_STARTED]
+    );
+    assert!(events[0].message.contains("exceeded quota"));
+}
+
+#[test]
+fn without_a_retained_version_a_failure_is_terminal_until_the_pods_recover() {
+    let mut w = World::new(spec("v1"));
+    w.reconcile();
+    w.now += 600;
+    w.deadline_exceeded();
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLOUT_FAILED]);
+    assert!(events[0].message.contains("no earlier successful version"));
+    assert!(w.writes.is_empty());
+    assert_eq!(w.status().phase, Some(Phase::Failed));
+    assert_eq!(w.condition(DEGRADED).0, "True");
+    assert_eq!(
+        w.condition(STALLED),
+        ("True".into(), "ProgressDeadlineExceeded".into())
+    );
+    assert!(w.reconcile().is_empty(), "reported once");
+    w.pods_ready();
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLOUT_SUCCEEDED]);
+    assert!(events[0].message.contains("after all"));
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+}
+
+#[test]
+fn rollback_on_failure_false_stops_in_failed() {
+    let mut w = World::ready_at("v1");
+    w.resource.spec["rolloutStrategy"] = json!({"rollbackOnFailure": false});
+    let events = w.fail_rollout("v2");
+    assert_eq!(reasons(&events), [reason::ROLLOUT_FAILED]);
+    assert!(events[0].message.contains("rollbackOnFailure is false"));
+    assert_eq!(w.status().phase, Some(Phase::Failed));
+    assert_eq!(w.cm_version(), "v2", "nothing restored");
+}
+
+#[test]
+fn a_rollback_that_fails_ends_in_failed_without_a_loop() {
+    let mut w = World::ready_at("v1");
+    w.fail_rollout("v2");
+    w.now += 700;
+    w.deadline_exceeded();
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLBACK_FAILED]);
+    assert_eq!(w.status().phase, Some(Phase::Failed));
+    assert_eq!(
+        w.condition(READY),
+        ("False".into(), "RollbackFailed".into())
+    );
+    assert_eq!(w.condition(ROLLED_BACK).0, "False");
+    for _ in 0..3 {
+        w.now += 700;
+        assert!(w.reconcile().is_empty());
+        assert!(w.writes.is_empty());
+    }
+    assert_eq!(w.status().rollback_count, Some(1));
+}
+
+#[test]
+fn editing_the_spec_after_an_automatic_rollback_tries_again() {
+    let mut w = World::ready_at("v1");
+    w.fail_rollout("v2");
+    w.pods_ready();
+    w.reconcile();
+    // Same version, spec edited: a deliberate retry.
+    w.resource.generation += 1;
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLOUT_STARTED]);
+    assert_eq!(w.cm_version(), "v2");
+    assert_eq!(w.status().rollback_request, None);
+}
+
+#[test]
+fn a_replica_failure_on_a_ready_model_is_degraded_not_failed() {
+    let mut w = World::ready_at("v1");
+    w.dep()["status"]["conditions"] = json!([
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": "quota",
+         "lastUpdateTime": at(w.now + 1)}]);
+    w.now += 5;
+    let events = w.reconcile();
+    assert!(events.is_empty(), "{events:?}");
+    assert!(w.writes.is_empty());
+    let s = w.status();
+    assert_eq!(s.phase, Some(Phase::Ready));
+    assert_eq!(s.failed_spec_hash, None);
+    assert_eq!(
+        w.condition(DEGRADED),
+        ("True".into(), "ReplicaFailure".into())
+    );
+    assert_eq!(w.condition(READY).0, "True");
+}
+
+#[test]
+fn rolling_out_the_last_good_spec_again_is_never_a_failure() {
+    let mut w = World::ready_at("v1");
+    w.set_version("v2");
+    w.reconcile();
+    // Back to v1 before v2 finished, and v1 cannot progress either.
+    w.set_version("v1");
+    w.reconcile();
+    w.now += 600;
+    w.deadline_exceeded();
+    let events = w.reconcile();
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!(w.status().failed_spec_hash, None);
+    assert_eq!(w.status().rollback_count, None);
+    assert_eq!(
+        w.condition(DEGRADED),
+        ("True".into(), "ProgressDeadlineExceeded".into())
+    );
+}
+
+// ---- manual rollback ----
+
+#[test]
+fn a_manual_rollback_to_the_previous_version_is_accepted() {
+    let mut w = World::ready_at("v1");
+    w.upgrade("v2");
+    w.annotate_rollback(Some("v1"));
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLBACK_STARTED]);
+    let s = w.status();
+    assert_eq!(s.rollback_request.as_deref(), Some("manual:v1"));
+    assert_eq!(s.phase, Some(Phase::RolledBack));
+    assert_eq!(
+        s.active_version.as_deref(),
+        Some("v2"),
+        "until v1's pods are available"
+    );
+    assert_eq!(w.cm_version(), "v1");
+    w.pods_ready();
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLBACK_SUCCEEDED]);
+    let s = w.status();
+    assert_eq!(s.active_version.as_deref(), Some("v1"));
+    assert_eq!(s.last_successful_spec.as_ref().unwrap().version, "v1");
+    assert_eq!(s.previous_successful_spec.as_ref().unwrap().version, "v2");
+    assert_eq!(w.condition(READY), ("True".into(), "ManualRollback".into()));
+    assert_eq!(w.condition(ROLLED_BACK).0, "True");
+}
+
+#[test]
+fn a_manual_rollback_to_an_unknown_version_is_rejected_and_changes_nothing() {
+    let mut w = World::ready_at("v1");
+    w.upgrade("v2");
+    let template = w.template_hash();
+    w.annotate_rollback(Some("v0"));
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLBACK_REJECTED]);
+    assert!(events[0].message.contains("RollbackTargetUnavailable"));
+    assert!(events[0].message.contains("retained: v2, v1"));
+    assert!(w.writes.is_empty());
+    assert_eq!(w.template_hash(), template);
+    assert_eq!(
+        w.condition(READY),
+        ("False".into(), "RollbackTargetUnavailable".into())
+    );
+    assert!(w.reconcile().is_empty(), "rejected once, not on every pass");
+    w.annotate_rollback(None);
+    assert!(w.reconcile().is_empty());
+    assert!(w.writes.is_empty());
+    assert_eq!(
+        w.condition(READY),
+        ("True".into(), "RolloutSucceeded".into())
+    );
+    assert_eq!(w.condition(STALLED).0, "False");
+}
+
+#[test]
+fn pointing_the_spec_at_the_restored_version_ends_a_manual_rollback_without_a_pod_roll() {
+    let mut w = World::ready_at("v1");
+    w.upgrade("v2");
+    w.annotate_rollback(Some("v1"));
+    w.reconcile();
+    w.pods_ready();
+    w.reconcile();
+    let generation = w.dep()["metadata"]["generation"].clone();
+    w.set_version("v1");
+    w.annotate_rollback(None);
+    let events = w.reconcile();
+    assert!(w.writes.is_empty(), "{:?}", w.writes);
+    assert_eq!(w.dep()["metadata"]["generation"], generation);
+    assert_eq!(reasons(&events), [reason::ROLLOUT_SUCCEEDED]);
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+    assert_eq!(w.status().rollback_request, None);
+    assert_eq!(w.condition(ROLLED_BACK).0, "False");
+}
+
+#[test]
+fn removing_the_annotation_rolls_forward_to_the_spec() {
+    let mut w = World::ready_at("v1");
+    w.upgrade("v2");
+    w.annotate_rollback(Some("v1"));
+    w.reconcile();
+    w.pods_ready();
+    w.reconcile();
+    w.annotate_rollback(None);
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::ROLLOUT_STARTED]);
+    assert_eq!(w.cm_version(), "v2");
+}
+
+#[test]
+fn a_rollback_annotation_naming_the_current_version_is_not_a_rollback() {
+    let mut w = World::ready_at("v1");
+    w.annotate_rollback(Some("v1"));
+    assert!(w.reconcile().is_empty());
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+    assert_eq!(w.status().rollback_count, None);
+}
+
+// ---- drift ----
+
+#[test]
+fn drift_by_another_writer_is_restored_every_time() {
+    let mut w = World::ready_at("v1");
+    // The env entry removed.
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["env"] = json!([]);
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::DRIFT_CORRECTED]);
+    assert!(
+        events[0].message.contains("OPENMED_SERVICE_PRELOAD_MODELS"),
+        "{}",
+        events[0].message
+    );
+    assert_eq!(
+        w.preload()["valueFrom"]["configMapKeyRef"]["key"],
+        "OPENMED_SERVICE_PRELOAD_MODELS"
+    );
+    // Replicas changed.
+    w.dep()["spec"]["replicas"] = json!(7);
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::DRIFT_CORRECTED]);
+    assert!(events[0].message.contains("replicas"));
+    assert_eq!(w.dep()["spec"]["replicas"], 2);
+    // The ConfigMap edited.
+    w.config_maps[0]
+        .data
+        .as_mut()
+        .unwrap()
+        .insert("OPENMED_SERVICE_PRELOAD_MODELS".into(), "evil".into());
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::DRIFT_CORRECTED]);
+    assert!(events[0].message.contains("ConfigMap data"));
+    assert_eq!(w.cm_version(), "v1");
+    // The ConfigMap deleted.
+    w.config_maps.clear();
+    assert_eq!(reasons(&w.reconcile()), [reason::DRIFT_CORRECTED]);
+    assert_eq!(w.cm_version(), "v1");
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+}
+
+// ---- target problems ----
+
+#[test]
+fn a_missing_target_blocks_without_writes_and_heals_when_created() {
+    let mut w = World::new(spec("v1"));
+    w.deployment = None;
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::TARGET_NOT_FOUND]);
+    assert!(w.writes.is_empty());
+    assert_eq!(w.status().phase, Some(Phase::Pending));
+    assert_eq!(
+        w.condition(READY),
+        ("False".into(), "TargetNotFound".into())
+    );
+    assert_eq!(w.condition(STALLED).0, "False", "it heals by itself");
+    assert!(w.reconcile().is_empty(), "reported once");
+    w.deployment = Some(deployment("svc"));
+    assert_eq!(reasons(&w.reconcile()), [reason::ROLLOUT_STARTED]);
+}
+
+#[test]
+fn a_missing_container_blocks_and_heals_when_added() {
+    let mut w = World::new(spec("v1"));
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["name"] = json!("api");
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::CONTAINER_NOT_FOUND]);
+    assert!(events[0].message.contains("it has: api"));
+    assert!(w.writes.is_empty());
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["name"] = json!("openmed-service");
+    assert_eq!(reasons(&w.reconcile()), [reason::ROLLOUT_STARTED]);
+}
+
+#[test]
+fn a_target_held_by_another_resource_is_a_conflict_until_it_lets_go() {
+    let mut w = World::new(spec("v1"));
+    w.dep()["metadata"]["annotations"] = json!({MODEL_RESOURCE_ANNOTATION: "ns/other"});
+    w.rivals = vec![Rival {
+        key: "ns/other".into(),
+        created: Some(at(50)),
+    }];
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::TARGET_CONFLICT]);
+    assert!(
+        events[0]
+            .message
+            .contains("managed by OpenMedModel ns/other")
+    );
+    assert!(w.writes.is_empty());
+    assert_eq!(w.condition(DEGRADED).0, "True");
+    // The other resource is deleted: its stale annotation no longer counts.
+    w.rivals.clear();
+    assert_eq!(reasons(&w.reconcile()), [reason::ROLLOUT_STARTED]);
+}
+
+#[test]
+fn without_a_holder_the_oldest_claim_wins() {
+    let mut w = World::new(spec("v1"));
+    w.rivals = vec![Rival {
+        key: "ns/older".into(),
+        created: Some(at(-5)),
+    }];
+    assert_eq!(reasons(&w.reconcile()), [reason::TARGET_CONFLICT]);
+    w.rivals = vec![Rival {
+        key: "ns/newer".into(),
+        created: Some(at(5)),
+    }];
+    assert_eq!(reasons(&w.reconcile()), [reason::ROLLOUT_STARTED]);
+}
+
+#[test]
+fn a_foreign_config_map_of_the_same_name_is_a_conflict() {
+    let mut w = World::new(spec("v1"));
+    w.config_maps.push(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("svc-model-manifest".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::TARGET_CONFLICT]);
+    assert!(
+        events[0]
+            .message
+            .contains("ConfigMap svc-model-manifest exists and is not owned")
+    );
+    assert!(w.writes.is_empty());
+}
+
+#[test]
+fn the_target_label_is_required_when_asked() {
+    let mut w = World::new(spec("v1"));
+    w.settings.require_target_label = true;
+    assert_eq!(reasons(&w.reconcile()), [reason::TARGET_NOT_OPTED_IN]);
+    assert!(w.writes.is_empty());
+    w.dep()["metadata"]["labels"]["openmed.ai/managed"] = json!("true");
+    assert_eq!(reasons(&w.reconcile()), [reason::ROLLOUT_STARTED]);
+}
+
+#[test]
+fn a_paused_deployment_is_reported_as_such() {
+    let mut w = World::new(spec("v1"));
+    w.dep()["spec"]["paused"] = json!(true);
+    w.reconcile();
+    assert_eq!(
+        w.condition(READY),
+        ("False".into(), "DeploymentPaused".into())
+    );
+    assert_eq!(
+        w.condition(PROGRESSING),
+        ("False".into(), "DeploymentPaused".into())
+    );
+    assert!(
+        w.events
+            .iter()
+            .any(|e| e.reason == reason::DEPLOYMENT_PAUSED)
+    );
+    w.now += 10_000;
+    w.reconcile();
+    assert_eq!(
+        w.status().failed_spec_hash,
+        None,
+        "a pause is never a failure"
+    );
+}
+
+#[test]
+fn an_autoscaled_target_keeps_its_replicas() {
+    let mut w = World::new(spec("v1"));
+    w.autoscaled = true;
+    w.dep()["spec"]["replicas"] = json!(5);
+    w.reconcile();
+    let Write::ApplyDeployment { body, .. } = &w.writes[1] else {
+        panic!()
+    };
+    assert!(body["spec"].get("replicas").is_none());
+    w.pods_ready();
+    w.reconcile();
+    let ready = conditions::get(&w.status().conditions, READY).unwrap();
+    assert!(
+        ready.message.contains("HorizontalPodAutoscaler"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(w.dep()["spec"]["replicas"], 5);
+}
+
+// ---- changing the target or the ConfigMap name ----
+
+#[test]
+fn renaming_the_target_releases_the_old_one_first() {
+    let mut w = World::ready_at("v1");
+    let old = w.deployment.take().unwrap();
+    w.other_deployments.push(old);
+    w.deployment = Some(deployment("svc-v2"));
+    w.resource.spec["targetRef"] = json!({"name": "svc-v2"});
+    w.resource.generation += 1;
+    let events = w.reconcile();
+    assert_eq!(
+        reasons(&events),
+        [reason::TARGET_RELEASED, reason::ROLLOUT_STARTED]
+    );
+    let Write::ApplyDeployment {
+        name, best_effort, ..
+    } = &w.writes[0]
+    else {
+        panic!("release first")
+    };
+    assert_eq!((name.as_str(), *best_effort), ("svc", true));
+    let old = &w.other_deployments[0];
+    let env = &old["spec"]["template"]["spec"]["containers"][0]["env"][0];
+    assert_eq!(
+        env,
+        &json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS"}),
+        "emptied, no valueFrom"
+    );
+    assert!(
+        old["metadata"]["annotations"]
+            .get(MODEL_RESOURCE_ANNOTATION)
+            .is_none()
+    );
+    assert_eq!(old["spec"]["replicas"], 2, "scaling fields are kept");
+    assert_eq!(
+        old["spec"]["template"]["metadata"]["annotations"][MANIFEST_HASH_ANNOTATION],
+        json!(crate::plan::released_manifest_hash())
+    );
+    assert_eq!(
+        w.preload()["valueFrom"]["configMapKeyRef"]["name"],
+        "svc-model-manifest"
+    );
+}
+
+#[test]
+fn renaming_the_config_map_deletes_the_old_one_before_claiming_the_new() {
+    let mut w = World::ready_at("v1");
+    w.resource.spec["manifestConfigMapName"] = json!("models");
+    w.resource.generation += 1;
+    w.reconcile();
+    let Write::DeleteConfigMap { name, uid } = &w.writes[0] else {
+        panic!("delete first: {:?}", w.writes)
+    };
+    assert_eq!(
+        (name.as_str(), uid.as_deref()),
+        ("svc-model-manifest", Some("cm-svc-model-manifest"))
+    );
+    let names: Vec<_> = w
+        .config_maps
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["models"]);
+    assert_eq!(
+        w.preload()["valueFrom"]["configMapKeyRef"]["name"],
+        "models"
+    );
+}
+
+// ---- deletion ----
+
+#[test]
+fn deletion_releases_the_target_and_deletes_the_config_map() {
+    let mut w = World::ready_at("v1");
+    w.resource.deleting = true;
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::TARGET_RELEASED]);
+    assert!(w.config_maps.is_empty());
+    assert_eq!(
+        w.preload(),
+        json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS"})
+    );
+    assert!(
+        w.deployment.is_some(),
+        "the Deployment itself is never deleted"
+    );
+}
+
+#[test]
+fn deletion_with_an_invalid_spec_still_releases() {
+    let mut w = World::ready_at("v1");
+    w.resource.spec = json!({"family": "1nvalid"});
+    w.resource.deleting = true;
+    w.reconcile();
+    assert!(w.config_maps.is_empty());
+    assert!(w.preload().get("valueFrom").is_none());
+}
+
+#[test]
+fn deletion_leaves_a_foreign_or_missing_target_untouched() {
+    let mut w = World::new(spec("v1"));
+    w.dep()["metadata"]["annotations"] = json!({MODEL_RESOURCE_ANNOTATION: "ns/other"});
+    w.resource.deleting = true;
+    assert!(w.reconcile().is_empty());
+    assert!(w.writes.is_empty());
+    w.deployment = None;
+    assert!(w.reconcile().is_empty());
+}
+
+#[test]
+fn releasing_a_target_whose_container_is_gone_touches_only_annotations() {
+    let mut w = World::ready_at("v1");
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["env"] = json!([]);
+    w.resource.deleting = true;
+    let d = w.decide();
+    let Write::ApplyDeployment { body, .. } = &d.writes[0] else {
+        panic!()
+    };
+    assert!(body["spec"]["template"].get("spec").is_none());
+}
+
+// ---- invalid specs ----
+
+#[test]
+fn an_invalid_spec_is_reported_once_per_generation_with_no_writes() {
+    let mut w = World::ready_at("v1");
+    w.resource.spec["tier"] = json!("Huge");
+    w.resource.generation += 1;
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::INVALID_SPEC]);
+    assert!(
+        events[0].message.contains("spec.tier"),
+        "{}",
+        events[0].message
+    );
+    assert!(w.writes.is_empty());
+    assert_eq!(w.condition(READY), ("False".into(), "InvalidSpec".into()));
+    assert_eq!(w.condition(STALLED).0, "True");
+    assert_eq!(w.status().observed_generation, Some(w.resource.generation));
+    assert!(w.reconcile().is_empty());
+    w.resource.spec["tier"] = json!("Small");
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(w.condition(READY).0, "True");
+}
+
+#[test]
+fn the_progress_deadline_must_exceed_min_ready_seconds() {
+    let mut w = World::new(json!({"family": "pii", "tier": "Small", "version": "v1",
+                                  "rolloutStrategy": {"progressDeadlineSeconds": 10}}));
+    w.dep()["spec"]["minReadySeconds"] = json!(30);
+    assert_eq!(reasons(&w.reconcile()), [reason::INVALID_SPEC]);
+}
+
+// ---- restart safety and migration ----
+
+#[test]
+fn a_crash_between_the_intent_and_the_write_converges_and_counts_once() {
+    let mut w = World::ready_at("v1");
+    w.set_version("v2");
+    w.now += 10;
+    w.reconcile();
+    w.now += 600;
+    w.deadline_exceeded();
+    // The operator records the rollback intent, then dies before writing.
+    let d = w.decide();
+    w.resource.status = d.status;
+    assert_eq!(w.status().rollback_count, Some(1));
+    assert_eq!(w.cm_version(), "v2");
+    // Restarted, it carries the rollback out without counting it again.
+    w.now += 30;
+    w.reconcile();
+    assert_eq!(w.cm_version(), "v1");
+    assert_eq!(w.status().rollback_count, Some(1));
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+}
+
+#[test]
+fn a_crash_between_the_write_and_the_generation_record_converges() {
+    let mut w = World::new(spec("v1"));
+    let d = w.decide();
+    w.resource.status = d.status;
+    for write in &d.writes {
+        w.execute(write);
+    }
+    assert_eq!(w.status().target_deployment_generation, None);
+    w.reconcile();
+    assert_eq!(w.status().target_deployment_generation, Some(2));
+}
+
+#[test]
+fn a_status_written_by_the_earlier_operator_is_adopted_without_a_pod_restart() {
+    let vector: Value =
+        serde_json::from_str(include_str!("../../tests/vectors/basic-v1.json")).unwrap();
+    let mut w = World::new(vector["resource"]["spec"].clone());
+    w.resource.name = "openmed-service".into();
+    w.resource.namespace = "openmed".into();
+    w.resource.uid = vector["resource"]["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .into();
+    let mut d = deployment("openmed-service");
+    d["metadata"]["namespace"] = json!("openmed");
+    d["metadata"]["generation"] = json!(7);
+    d["metadata"]["annotations"] = json!({MODEL_RESOURCE_ANNOTATION: "openmed/openmed-service"});
+    d["spec"]["progressDeadlineSeconds"] = json!(600);
+    d["spec"]["strategy"] =
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}});
+    d["spec"]["template"]["metadata"]["annotations"] = json!({
+        MANIFEST_HASH_ANNOTATION: vector["manifestHash"], MODEL_RESOURCE_ANNOTATION: "openmed/openmed-service"});
+    d["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "OPENMED_SERVICE_PRELOAD_MODELS",
+        "valueFrom": {"configMapKeyRef": {"name": "openmed-service-model-manifest", "key": "OPENMED_SERVICE_PRELOAD_MODELS"}}}]);
+    d["status"]["observedGeneration"] = json!(7);
+    w.deployment = Some(d);
+    let id = w.resource.id();
+    let typed: crate::api::OpenMedModelSpec =
+        serde_json::from_value(vector["normalizedSpec"].clone()).unwrap();
+    w.config_maps
+        .push(crate::plan::plan(&id, &typed, TargetOptions::default()).config_map);
+    w.resource.status = ResourceView::new(
+        &ObjectMeta::default(),
+        json!({}),
+        Some(&json!({
+            "observedGeneration": 1, "phase": "Ready", "desiredVersion": "OpenMed/synthetic-pii-v1",
+            "activeVersion": "OpenMed/synthetic-pii-v1", "desiredSpecHash": vector["specHash"],
+            "appliedSpecHash": vector["specHash"], "manifestHash": vector["manifestHash"],
+            "targetDeploymentGeneration": 7, "rollbackCount": 0,
+            "lastSuccessfulSpec": vector["normalizedSpec"], "previousSuccessfulSpec": vector["normalizedSpec"],
+        })),
+    )
+    .status;
+    let events = w.reconcile();
+    assert!(events.is_empty(), "adoption is silent: {events:?}");
+    assert_eq!(
+        w.dep()["metadata"]["generation"],
+        7,
+        "no pod-template change, no restart"
+    );
+    assert_eq!(
+        w.dep()["metadata"]["labels"][OPERATED_BY_LABEL],
+        "openmed-operator"
+    );
+    let s = w.status();
+    assert_eq!(s.phase, Some(Phase::Ready));
+    assert_eq!(
+        s.last_successful_spec.as_ref().unwrap().version,
+        "OpenMed/synthetic-pii-v1"
+    );
+    assert_eq!(s.target_deployment_generation, Some(7));
+}
+
+#[test]
+fn lookups_the_shell_needs_come_from_the_raw_spec() {
+    let mut w = World::new(spec("v1"));
+    w.resource.spec["targetRef"] = json!({"name": "elsewhere"});
+    assert_eq!(target_name(&w.resource), "elsewhere");
+    w.resource.spec = json!({"targetRef": 5});
+    assert_eq!(target_name(&w.resource), "svc");
+    let mut w = World::ready_at("v1");
+    w.resource.spec["manifestConfigMapName"] = json!("models");
+    assert_eq!(
+        config_map_names(&w.resource),
+        ["models", "svc-model-manifest"]
+    );
+}
