@@ -12,6 +12,7 @@ pub mod api;
 pub mod cli;
 pub mod findings;
 pub mod manifests;
+pub mod operator;
 pub mod plan;
 pub mod render;
 pub mod rollout;

@@ -77,6 +77,79 @@ Examples:
 Exit codes: 0 rendered, 1 invalid OpenMedModel or conflict, 2 unreadable
 input or malformed YAML.")]
     Render(RenderArgs),
+
+    /// Run the operator: reconcile OpenMedModels against their Deployments.
+    ///
+    /// Connects with the in-cluster service account, or with $KUBECONFIG /
+    /// ~/.kube/config outside a cluster. Watches OpenMedModels (all
+    /// namespaces, or those given with --namespace), writes each one's
+    /// ConfigMap and Deployment fields with server-side apply (field manager
+    /// openmed-operator), reports progress in status conditions and Events,
+    /// and rolls back to the last successful version when a rollout exceeds
+    /// its progress deadline. Serves /healthz and /metrics on --listen.
+    /// Stops cleanly on SIGTERM.
+    #[command(after_help = "\
+Examples:
+  openmed-op run                                  # all namespaces
+  openmed-op run -n team-a -n team-b              # only these namespaces
+  openmed-op run --require-target-label           # only Deployments labelled openmed.ai/managed=true
+  RUST_LOG=debug openmed-op run --log-format json
+
+Exit codes: 0 stopped by a signal, 2 cannot start (no cluster access, port in use).")]
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Watch only this namespace; repeat for several. Default: all namespaces.
+    #[arg(short = 'n', long = "namespace", value_name = "NAMESPACE")]
+    namespaces: Vec<String>,
+
+    /// How often a steady resource is looked at again, from the watch caches
+    /// (no API requests): 15s, 1m, or a number of seconds.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    resync: std::time::Duration,
+
+    /// Address for /healthz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    listen: std::net::SocketAddr,
+
+    /// Act only on Deployments labelled openmed.ai/managed=true, so that
+    /// being allowed to create OpenMedModels does not mean being able to take
+    /// over any Deployment.
+    #[arg(long)]
+    require_target_label: bool,
+
+    /// Log format; the level comes from RUST_LOG (default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `15s`, `2m`, `1h` or plain seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 15s or 1m"))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{text:?}: use s, m or h")),
+    };
+    if seconds == 0 {
+        return Err("must be at least 1s".into());
+    }
+    Ok(std::time::Duration::from_secs(seconds))
 }
 
 #[derive(Debug, clap::Args)]
@@ -133,7 +206,42 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Render(args) => render_once(&args),
+        Command::Run(args) => run_operator(args),
     })
+}
+
+fn run_operator(args: RunArgs) -> u8 {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+    let options = crate::operator::Options {
+        namespaces: args.namespaces,
+        resync: args.resync,
+        listen: args.listen,
+        settings: crate::rollout::Settings {
+            require_target_label: args.require_target_label,
+        },
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("openmed-op: cannot start the runtime: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    match runtime.block_on(crate::operator::run(options)) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot run");
+            EXIT_USAGE
+        }
+    }
 }
 
 fn render_once(args: &RenderArgs) -> u8 {

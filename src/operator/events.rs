@@ -1,0 +1,127 @@
+//! Kubernetes Events about OpenMedModels.
+//!
+//! Each event has a name derived from (resource UID, reason, generation), so
+//! a reconcile that is retried never creates a second object for the same
+//! occurrence; a genuine repeat (drift corrected twice in one generation)
+//! finds the existing event and increments its `count` instead of being
+//! dropped. Messages carry lifecycle state only, never request text, model
+//! output, patient data or credentials.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1::{Event as KubeEvent, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::model::RawModel;
+use crate::api::names::FIELD_MANAGER;
+use crate::api::{API_VERSION, KIND};
+use crate::plan::canonical::hex;
+use crate::rollout::{Event, EventType};
+
+/// Writes events; remembers counts so repeats cost one request.
+pub struct Recorder {
+    client: Client,
+    instance: String,
+    counts: Mutex<HashMap<String, i32>>,
+}
+
+impl Recorder {
+    /// A recorder reporting as `instance` (the operator pod's name).
+    pub fn new(client: Client, instance: String) -> Self {
+        Recorder {
+            client,
+            instance,
+            counts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The deterministic name of an occurrence.
+    pub fn name(resource: &RawModel, reason: &str) -> String {
+        let uid = resource.uid().unwrap_or_default();
+        let generation = resource.metadata.generation.unwrap_or(0);
+        let digest = Sha256::digest(format!("{uid}/{reason}/{generation}").as_bytes());
+        let name = resource.name_any();
+        let keep = 253 - 17;
+        let prefix: String = name.chars().take(keep).collect();
+        format!("{prefix}.{}", &hex(&digest)[..16])
+    }
+
+    /// Records `event` on `resource`: creates it, or counts a repeat.
+    pub async fn record(
+        &self,
+        resource: &RawModel,
+        event: &Event,
+        now: &Time,
+    ) -> Result<(), kube::Error> {
+        let namespace = resource.namespace().unwrap_or_default();
+        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
+        let name = Self::name(resource, event.reason);
+        let type_ = match event.type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        };
+        let body = KubeEvent {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some(API_VERSION.to_owned()),
+                kind: Some(KIND.to_owned()),
+                name: Some(resource.name_any()),
+                namespace: Some(namespace.clone()),
+                uid: resource.uid(),
+                resource_version: resource.resource_version(),
+                ..ObjectReference::default()
+            },
+            reason: Some(event.reason.to_owned()),
+            message: Some(event.message.clone()),
+            type_: Some(type_.to_owned()),
+            count: Some(1),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now.clone()),
+            event_time: None::<MicroTime>,
+            source: Some(EventSource {
+                component: Some(FIELD_MANAGER.to_owned()),
+                host: None,
+            }),
+            reporting_component: Some(FIELD_MANAGER.to_owned()),
+            reporting_instance: Some(self.instance.clone()),
+            ..KubeEvent::default()
+        };
+        match api.create(&PostParams::default(), &body).await {
+            Ok(_) => {
+                self.counts.lock().expect("event counts").insert(name, 1);
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let known = self
+                    .counts
+                    .lock()
+                    .expect("event counts")
+                    .get(&name)
+                    .copied();
+                let count = match known {
+                    Some(c) => c,
+                    None => api.get(&name).await?.count.unwrap_or(1),
+                } + 1;
+                let patch =
+                    json!({ "count": count, "lastTimestamp": now, "message": event.message });
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await?;
+                self.counts
+                    .lock()
+                    .expect("event counts")
+                    .insert(name, count);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}

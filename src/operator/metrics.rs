@@ -1,0 +1,210 @@
+//! Prometheus metrics, named in the style of controller-runtime so existing
+//! dashboards and alerts apply. Labels are bounded: results, outcomes and
+//! error categories, never object names.
+
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::rollout::{Event, reason};
+
+const CONTROLLER: &str = "openmedmodel";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileLabels {
+    controller: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: &'static str,
+    category: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RollbackLabels {
+    trigger: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriteLabels {
+    resource: &'static str,
+    verb: &'static str,
+}
+
+/// Every metric the operator exports.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ReconcileLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    duration: Histogram,
+    rollouts: Family<OutcomeLabels, Counter>,
+    rollbacks: Family<RollbackLabels, Counter>,
+    writes: Family<WriteLabels, Counter>,
+    drift: Counter,
+    active: Gauge<i64, AtomicI64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let duration = Histogram::new([
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        ]);
+        let rollouts = Family::<OutcomeLabels, Counter>::default();
+        let rollbacks = Family::<RollbackLabels, Counter>::default();
+        let writes = Family::<WriteLabels, Counter>::default();
+        let drift = Counter::default();
+        let active = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller, by result",
+            reconciles.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller, by category",
+            errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation",
+            duration.clone(),
+        );
+        registry.register(
+            "controller_runtime_active_workers",
+            "Number of reconciliations running now",
+            active.clone(),
+        );
+        registry.register(
+            "openmed_rollouts",
+            "Model rollouts, by outcome",
+            rollouts.clone(),
+        );
+        registry.register(
+            "openmed_rollbacks",
+            "Model rollbacks, by trigger (automatic, manual) and outcome",
+            rollbacks.clone(),
+        );
+        registry.register(
+            "openmed_operator_writes",
+            "Write requests the operator sent, by resource and verb",
+            writes.clone(),
+        );
+        registry.register(
+            "openmed_drift_corrections",
+            "Owned fields restored after another writer changed them",
+            drift.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            rollouts,
+            rollbacks,
+            writes,
+            drift,
+            active,
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts one finished reconcile.
+    pub fn reconciled(&self, result: &'static str, took: Duration) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                controller: CONTROLLER,
+                result,
+            })
+            .inc();
+        self.duration.observe(took.as_secs_f64());
+    }
+
+    /// Counts one failed reconcile.
+    pub fn failed(&self, category: &'static str) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                controller: CONTROLLER,
+                category,
+            })
+            .inc();
+    }
+
+    /// Counts one write request.
+    pub fn wrote(&self, resource: &'static str, verb: &'static str) {
+        self.writes
+            .get_or_create(&WriteLabels { resource, verb })
+            .inc();
+    }
+
+    /// A reconcile started; the guard marks its end.
+    pub fn worker(&self) -> impl Drop + '_ {
+        self.active.inc();
+        WorkerGuard(&self.active)
+    }
+
+    /// Rollout and rollback counters follow the events `decide` emits, so
+    /// metrics and events always tell the same story.
+    pub fn observe_event(&self, event: &Event, rollback_request: Option<&str>) {
+        let trigger = match rollback_request {
+            Some(r) if r.starts_with("manual:") => "manual",
+            _ => "automatic",
+        };
+        let rollout = |outcome| {
+            self.rollouts
+                .get_or_create(&OutcomeLabels { outcome })
+                .inc();
+        };
+        let rollback = |trigger, outcome| {
+            self.rollbacks
+                .get_or_create(&RollbackLabels { trigger, outcome })
+                .inc();
+        };
+        match event.reason {
+            reason::ROLLOUT_STARTED => rollout("started"),
+            reason::ROLLOUT_SUCCEEDED => rollout("succeeded"),
+            reason::ROLLOUT_FAILED => rollout("failed"),
+            reason::ROLLBACK_STARTED => rollback(trigger, "started"),
+            reason::ROLLBACK_SUCCEEDED => rollback(trigger, "succeeded"),
+            reason::ROLLBACK_FAILED => rollback(trigger, "failed"),
+            reason::ROLLBACK_REJECTED => rollback("manual", "rejected"),
+            reason::DRIFT_CORRECTED => {
+                self.drift.inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("metrics encode");
+        out
+    }
+}
+
+struct WorkerGuard<'a>(&'a Gauge<i64, AtomicI64>);
+
+impl Drop for WorkerGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

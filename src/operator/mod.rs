@@ -1,0 +1,202 @@
+//! `openmed-op run`: the operator shell.
+//!
+//! It watches OpenMedModels, and through label-selected watches only the
+//! Deployments and ConfigMaps it manages (memory grows with managed objects,
+//! not with the cluster), keeps them in caches, and reconciles each
+//! OpenMedModel with [`reconcile::reconcile`]. A steady resource is looked
+//! at again every `--resync` from the caches: no reads, no writes. The only
+//! network peer is the Kubernetes API server.
+
+mod events;
+mod http;
+mod metrics;
+mod model;
+mod reconcile;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{error, info, warn};
+
+pub use model::RawModel;
+
+use crate::api::names::{
+    FIELD_MANAGER, MANAGED_BY_LABEL, MODEL_RESOURCE_ANNOTATION, OPERATED_BY_LABEL,
+};
+use crate::rollout::{self, Settings};
+use metrics::Metrics;
+use reconcile::Context;
+
+/// How the operator runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Namespaces to watch; empty means all.
+    pub namespaces: Vec<String>,
+    /// How often a steady resource is re-examined from the caches.
+    pub resync: Duration,
+    /// Address of `/healthz` and `/metrics`.
+    pub listen: SocketAddr,
+    /// Policy switches.
+    pub settings: Settings,
+}
+
+/// Runs until SIGTERM or SIGINT, then finishes the reconciles in flight.
+pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
+    let client = Client::try_default().await?;
+    let metrics = Arc::new(Metrics::default());
+    let shutdown = shutdown_signal().shared();
+    let (addr, http) = http::serve(options.listen, metrics.clone(), shutdown.clone()).await?;
+    info!(%addr, "serving /healthz and /metrics");
+    let scopes: Vec<Option<String>> = if options.namespaces.is_empty() {
+        vec![None]
+    } else {
+        options.namespaces.iter().cloned().map(Some).collect()
+    };
+    info!(
+        namespaces = ?options.namespaces,
+        resync = ?options.resync,
+        require_target_label = options.settings.require_target_label,
+        "openmed-op operator starting"
+    );
+    let controllers = scopes.into_iter().map(|scope| {
+        run_scope(
+            client.clone(),
+            scope,
+            &options,
+            metrics.clone(),
+            shutdown.clone(),
+        )
+    });
+    futures::future::join_all(controllers).await;
+    if let Err(e) = http.await? {
+        warn!(error = %e, "metrics server stopped with an error");
+    }
+    info!("stopped");
+    Ok(())
+}
+
+fn api<K>(client: &Client, scope: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match scope {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+async fn run_scope(
+    client: Client,
+    scope: Option<String>,
+    options: &Options,
+    metrics: Arc<Metrics>,
+    shutdown: futures::future::Shared<impl Future<Output = ()> + Send + 'static>,
+) {
+    let (deployments, deployment_writer) = reflector::store();
+    let deployment_events = watcher(
+        api::<Deployment>(&client, &scope),
+        watcher::Config::default().labels(&format!("{OPERATED_BY_LABEL}={FIELD_MANAGER}")),
+    )
+    .default_backoff()
+    .reflect(deployment_writer)
+    .touched_objects();
+
+    let (config_maps, config_map_writer) = reflector::store();
+    let config_map_events = watcher(
+        api::<ConfigMap>(&client, &scope),
+        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}")),
+    )
+    .default_backoff()
+    .reflect(config_map_writer)
+    .touched_objects();
+
+    let (autoscalers, autoscaler_writer) = reflector::store();
+    let autoscaler_events = watcher(
+        api::<HorizontalPodAutoscaler>(&client, &scope),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(autoscaler_writer)
+    .touched_objects();
+
+    let controller = Controller::new(api::<RawModel>(&client, &scope), watcher::Config::default());
+    let models = controller.store();
+    let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());
+    let context = Arc::new(Context {
+        client: client.clone(),
+        models: models.clone(),
+        deployments,
+        config_maps,
+        autoscalers,
+        settings: options.settings,
+        resync: options.resync,
+        metrics,
+        recorder: events::Recorder::new(client, instance),
+        failures: Mutex::new(std::collections::HashMap::new()),
+    });
+    controller
+        .owns_stream(config_map_events)
+        .watches_stream(deployment_events, |deployment: Deployment| {
+            // The annotation names the owner, `<namespace>/<name>`.
+            let owner = deployment
+                .annotations()
+                .get(MODEL_RESOURCE_ANNOTATION)?
+                .clone();
+            let (namespace, name) = owner.split_once('/')?;
+            Some(ObjectRef::<RawModel>::new(name).within(namespace))
+        })
+        .watches_stream(autoscaler_events, move |hpa: HorizontalPodAutoscaler| {
+            let namespace = hpa.namespace().unwrap_or_default();
+            let target = hpa
+                .spec
+                .map(|s| s.scale_target_ref.name)
+                .unwrap_or_default();
+            models
+                .state()
+                .into_iter()
+                .filter(|m| m.namespace().as_deref() == Some(namespace.as_str()))
+                .filter(|m| rollout::target_name(&m.view()) == target)
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, context)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                match &e {
+                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                    other => error!(error = %other, "controller"),
+                }
+            }
+        })
+        .await;
+}
+
+/// Completes on SIGTERM (what Kubernetes sends) or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    info!("shutting down: finishing reconciles in flight");
+}

@@ -1,0 +1,426 @@
+//! One reconcile: gather the observed world from the caches, let
+//! `rollout::decide` choose, carry the decision out, and ask again until
+//! nothing is left to write.
+//!
+//! Nothing here decides policy. The loop persists the decided status before
+//! the writes it announces (so a crash never loses an intent or counts a
+//! rollback twice), then emits events, then writes, then decides again with
+//! what the writes returned.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalized, finalizer};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use tracing::{info, instrument, warn};
+
+use super::events::Recorder;
+use super::metrics::Metrics;
+use super::model::RawModel;
+use crate::api::OpenMedModelStatus;
+use crate::api::names::{FIELD_MANAGER, FINALIZER, MODEL_RESOURCE_ANNOTATION};
+use crate::rollout::{self, Decision, Observed, ResourceView, Rival, Settings, Write};
+
+/// Passes of decide-and-write in one reconcile; a decision needs at most
+/// three (intent, writes, record the generation).
+const MAX_PASSES: usize = 5;
+
+/// Errors of a reconcile, each with a stable category for metrics.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API request failed.
+    #[error("Kubernetes API: {0}")]
+    Api(#[from] kube::Error),
+    /// Adding or removing the finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+    /// An object did not serialize.
+    #[error("serialization: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+impl Error {
+    /// Short category used as a metric label.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Api(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Api(kube::Error::Api(s)) if s.code >= 500 => "server",
+            Error::Api(kube::Error::Api(_)) => "client",
+            Error::Api(_) => "transport",
+            Error::Finalizer(_) => "finalizer",
+            Error::Serialize(_) => "serialization",
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Every OpenMedModel in scope (the controller's own cache).
+    pub models: Store<RawModel>,
+    /// Deployments labelled as managed by this operator.
+    pub deployments: Store<Deployment>,
+    /// ConfigMaps labelled as managed by this operator.
+    pub config_maps: Store<ConfigMap>,
+    /// HorizontalPodAutoscalers in scope.
+    pub autoscalers: Store<HorizontalPodAutoscaler>,
+    /// Policy switches.
+    pub settings: Settings,
+    /// How often a steady resource is looked at again (from the caches).
+    pub resync: Duration,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Event writer.
+    pub recorder: Recorder,
+    /// Consecutive failures per object, for exponential backoff.
+    pub failures: Mutex<HashMap<String, u32>>,
+}
+
+/// Reconciles one OpenMedModel (the controller's reconcile function).
+#[instrument(skip_all, fields(resource = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())))]
+pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let _worker = ctx.metrics.worker();
+    let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
+    let api: Api<RawModel> =
+        Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
+    let result = finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            Finalized::Apply(obj) => apply(&obj, &ctx).await,
+            Finalized::Cleanup(obj) => cleanup(&obj, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        kube::runtime::finalizer::Error::AddFinalizer(e)
+        | kube::runtime::finalizer::Error::RemoveFinalizer(e) => Error::Api(e),
+        other => Error::Finalizer(other.to_string()),
+    });
+    let outcome = match &result {
+        Ok(_) => "success",
+        Err(_) => "error",
+    };
+    ctx.metrics.reconciled(outcome, started.elapsed());
+    if result.is_ok() {
+        ctx.failures.lock().expect("failures").remove(&key);
+    }
+    result
+}
+
+/// Requeue with per-object exponential backoff (1 s doubling to 5 min), so a
+/// persistent failure never becomes a hot loop.
+pub fn error_policy(obj: Arc<RawModel>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
+    ctx.metrics.failed(error.category());
+    let mut failures = ctx.failures.lock().expect("failures");
+    let n = failures.entry(key.clone()).or_insert(0);
+    *n = (*n + 1).min(16);
+    let delay = Duration::from_secs((1u64 << (*n - 1)).min(300));
+    warn!(resource = %key, error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Objects returned by this reconcile's own writes: newer than the caches.
+#[derive(Default)]
+struct Fresh {
+    deployments: HashMap<String, Deployment>,
+    config_maps: HashMap<String, Option<ConfigMap>>,
+}
+
+/// Everything gathered for one decision.
+struct World {
+    target: Option<Deployment>,
+    claimed: Vec<Deployment>,
+    config_maps: Vec<ConfigMap>,
+    rivals: Vec<Rival>,
+    autoscaled: bool,
+}
+
+fn now() -> Time {
+    // Whole seconds: the API server stores times at that precision, and an
+    // in-memory fraction would make every status look changed.
+    let now = k8s_openapi::jiff::Timestamp::now();
+    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).expect("a valid time"))
+}
+
+async fn apply(obj: &RawModel, ctx: &Context) -> Result<Action, Error> {
+    wait_for_caches(ctx).await;
+    let namespace = obj.namespace().unwrap_or_default();
+    let models: Api<RawModel> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut current = obj.clone();
+    let mut fresh = Fresh::default();
+    for _ in 0..MAX_PASSES {
+        let view = current.view();
+        let world = gather(&view, ctx, &fresh).await?;
+        let now = now();
+        let decision = decide(&view, &world, ctx.settings, now.clone());
+        if decision.status != view.status {
+            match write_status(&models, &current, &decision.status, ctx).await {
+                Ok(updated) => current = updated,
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    // Someone else changed the resource; the watch brings
+                    // the new version and this reconcile starts over.
+                    return Ok(Action::requeue(Duration::from_secs(1)));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for event in &decision.events {
+            ctx.metrics
+                .observe_event(event, decision.status.rollback_request.as_deref());
+            info!(reason = event.reason, message = %event.message, "event");
+            if let Err(e) = ctx.recorder.record(&current, event, &now).await {
+                warn!(error = %e, reason = event.reason, "could not record event");
+            }
+        }
+        if decision.writes.is_empty() {
+            let resync = ctx.resync;
+            let after = decision.requeue_after.map_or(resync, |d| d.min(resync));
+            return Ok(Action::requeue(after));
+        }
+        execute(&decision.writes, &namespace, ctx, &mut fresh).await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+async fn cleanup(obj: &RawModel, ctx: &Context) -> Result<Action, Error> {
+    wait_for_caches(ctx).await;
+    let namespace = obj.namespace().unwrap_or_default();
+    let view = obj.view();
+    let mut fresh = Fresh::default();
+    let world = gather(&view, ctx, &fresh).await?;
+    let now = now();
+    let decision = decide(&view, &world, ctx.settings, now.clone());
+    for event in &decision.events {
+        if let Err(e) = ctx.recorder.record(obj, event, &now).await {
+            warn!(error = %e, reason = event.reason, "could not record event");
+        }
+    }
+    execute(&decision.writes, &namespace, ctx, &mut fresh).await?;
+    Ok(Action::await_change())
+}
+
+fn decide(view: &ResourceView, world: &World, settings: Settings, now: Time) -> Decision {
+    let claimed: Vec<&Deployment> = world.claimed.iter().collect();
+    let config_maps: Vec<&ConfigMap> = world.config_maps.iter().collect();
+    rollout::decide(&Observed {
+        resource: view,
+        target: world.target.as_ref(),
+        autoscaled: world.autoscaled,
+        rivals: &world.rivals,
+        claimed: &claimed,
+        config_maps: &config_maps,
+        settings,
+        now,
+    })
+}
+
+async fn wait_for_caches(ctx: &Context) {
+    // Deciding from a half-filled cache could miss a Deployment to release
+    // or a ConfigMap to delete.
+    let _ = ctx.deployments.wait_until_ready().await;
+    let _ = ctx.config_maps.wait_until_ready().await;
+    let _ = ctx.autoscalers.wait_until_ready().await;
+}
+
+/// Reads the world from the caches; an object the caches cannot hold yet
+/// (a target not yet labelled, a ConfigMap not yet created) is read once.
+async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<World, Error> {
+    let namespace = &view.namespace;
+    let key = view.key();
+    let target_name = rollout::target_name(view);
+    let in_namespace = |ns: Option<String>| ns.as_deref() == Some(namespace.as_str());
+
+    let target = match fresh.deployments.get(&target_name) {
+        Some(d) => Some(d.clone()),
+        None => match ctx
+            .deployments
+            .find(|d| in_namespace(d.namespace()) && d.name_any() == target_name)
+        {
+            Some(d) => Some((*d).clone()),
+            None => {
+                let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+                api.get_opt(&target_name).await?
+            }
+        },
+    };
+
+    let annotated = |d: &Deployment| d.annotations().get(MODEL_RESOURCE_ANNOTATION) == Some(&key);
+    let mut claimed: HashMap<String, Deployment> = ctx
+        .deployments
+        .state()
+        .into_iter()
+        .filter(|d| in_namespace(d.namespace()) && annotated(d))
+        .map(|d| (d.name_any(), (*d).clone()))
+        .collect();
+    if let Some(t) = &target
+        && annotated(t)
+    {
+        claimed.insert(t.name_any(), t.clone());
+    }
+    for (name, d) in &fresh.deployments {
+        if annotated(d) {
+            claimed.insert(name.clone(), d.clone());
+        } else {
+            claimed.remove(name);
+        }
+    }
+    let mut claimed: Vec<Deployment> = claimed.into_values().collect();
+    claimed.sort_by_key(|d| d.name_any());
+
+    let mut config_maps: HashMap<String, ConfigMap> = HashMap::new();
+    for cm in ctx.config_maps.state() {
+        if !in_namespace(cm.namespace()) {
+            continue;
+        }
+        let owned = cm.owner_references().iter().any(|o| o.uid == view.uid)
+            || cm.annotations().get(MODEL_RESOURCE_ANNOTATION) == Some(&key);
+        if owned {
+            config_maps.insert(cm.name_any(), (*cm).clone());
+        }
+    }
+    for (i, name) in rollout::config_map_names(view).into_iter().enumerate() {
+        if config_maps.contains_key(&name) || fresh.config_maps.contains_key(&name) {
+            continue;
+        }
+        let cached = ctx
+            .config_maps
+            .find(|c| in_namespace(c.namespace()) && c.name_any() == name);
+        match cached {
+            Some(cm) => {
+                config_maps.insert(name, (*cm).clone());
+            }
+            // Only the current spec's ConfigMap is worth a read: a foreign
+            // one of that name must not be overwritten.
+            None if i == 0 => {
+                let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+                if let Some(cm) = api.get_opt(&name).await? {
+                    config_maps.insert(name, cm);
+                }
+            }
+            None => {}
+        }
+    }
+    for (name, cm) in &fresh.config_maps {
+        match cm {
+            Some(cm) => config_maps.insert(name.clone(), cm.clone()),
+            None => config_maps.remove(name),
+        };
+    }
+    let mut config_maps: Vec<ConfigMap> = config_maps.into_values().collect();
+    config_maps.sort_by_key(|c| c.name_any());
+
+    let rivals = ctx
+        .models
+        .state()
+        .into_iter()
+        .filter(|m| {
+            in_namespace(m.namespace())
+                && m.name_any() != view.name
+                && m.metadata.deletion_timestamp.is_none()
+        })
+        .filter(|m| rollout::target_name(&m.view()) == target_name)
+        .map(|m| Rival {
+            key: format!("{namespace}/{}", m.name_any()),
+            created: m.metadata.creation_timestamp.clone(),
+        })
+        .collect();
+
+    let autoscaled = ctx.autoscalers.state().iter().any(|h| {
+        in_namespace(h.namespace())
+            && h.spec.as_ref().is_some_and(|s| {
+                s.scale_target_ref.kind == "Deployment" && s.scale_target_ref.name == target_name
+            })
+    });
+
+    Ok(World {
+        target,
+        claimed,
+        config_maps,
+        rivals,
+        autoscaled,
+    })
+}
+
+/// Replaces the status through the status subresource. The object carries
+/// its resourceVersion, so a concurrent writer makes this fail with a
+/// conflict instead of being overwritten.
+async fn write_status(
+    api: &Api<RawModel>,
+    current: &RawModel,
+    status: &OpenMedModelStatus,
+    ctx: &Context,
+) -> Result<RawModel, kube::Error> {
+    let mut next = current.clone();
+    next.status = Some(serde_json::to_value(status).map_err(kube::Error::SerdeError)?);
+    ctx.metrics.wrote("openmedmodels/status", "update");
+    api.replace_status(&current.name_any(), &PostParams::default(), &next)
+        .await
+}
+
+async fn execute(
+    writes: &[Write],
+    namespace: &str,
+    ctx: &Context,
+    fresh: &mut Fresh,
+) -> Result<(), Error> {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    for write in writes {
+        match write {
+            Write::ApplyConfigMap(cm) => {
+                let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+                let name = cm.name_any();
+                ctx.metrics.wrote("configmaps", "apply");
+                let stored = api.patch(&name, &apply, &Patch::Apply(cm.as_ref())).await?;
+                fresh.config_maps.insert(name, Some(stored));
+            }
+            Write::DeleteConfigMap { name, uid } => {
+                let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+                let params = DeleteParams {
+                    preconditions: uid.clone().map(|uid| Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                ctx.metrics.wrote("configmaps", "delete");
+                match api.delete(name, &params).await {
+                    Ok(_) => {}
+                    // Already gone, or re-created since: not ours to delete.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                fresh.config_maps.insert(name.clone(), None);
+            }
+            Write::ApplyDeployment {
+                name,
+                body,
+                best_effort,
+            } => {
+                let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+                ctx.metrics.wrote("deployments", "apply");
+                match api.patch(name, &apply, &Patch::Apply(body)).await {
+                    Ok(stored) => {
+                        fresh.deployments.insert(name.clone(), stored);
+                    }
+                    Err(kube::Error::Api(s)) if *best_effort && (400..500).contains(&s.code) => {
+                        warn!(deployment = %name, code = s.code, message = %s.message, "could not release the Deployment; leaving it as it is");
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(())
+}
