@@ -36,6 +36,9 @@ use crate::rollout::{self, Settings};
 use metrics::Metrics;
 use reconcile::Context;
 
+/// The User-Agent of every request the operator sends.
+pub const USER_AGENT: &str = concat!("openmed-operator/", env!("CARGO_PKG_VERSION"));
+
 /// How the operator runs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -51,7 +54,14 @@ pub struct Options {
 
 /// Runs until SIGTERM or SIGINT, then finishes the reconciles in flight.
 pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
-    let client = Client::try_default().await?;
+    let mut config = kube::Config::infer().await?;
+    // A user agent of its own makes the operator's requests easy to pick
+    // out in the API server's audit log and request metrics.
+    config.headers.push((
+        ::http::header::USER_AGENT,
+        ::http::HeaderValue::from_static(USER_AGENT),
+    ));
+    let client = Client::try_from(config)?;
     let metrics = Arc::new(Metrics::default());
     let shutdown = shutdown_signal().shared();
     let (addr, http) = http::serve(options.listen, metrics.clone(), shutdown.clone()).await?;

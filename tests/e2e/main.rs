@@ -1,0 +1,50 @@
+//! End-to-end tests on a real control plane: etcd, kube-apiserver and
+//! kube-controller-manager built from the Kubernetes sources, and a fake
+//! kubelet that runs no containers but makes pods Ready unless the model
+//! version they would preload is listed as unready (`tests/cluster`).
+//!
+//! The harness starts the control plane once (or reuses one started with
+//! `tests/cluster/up`), runs the tests in parallel, each in its own
+//! namespace and with its own operator process, and stops the control plane
+//! if it started it.
+
+mod cluster;
+mod operator;
+mod support;
+
+use libtest_mimic::{Arguments, Trial};
+
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials = Vec::new();
+    trials.extend(cluster::trials());
+    trials.extend(operator::trials());
+    let any_selected = trials.iter().any(|t| selected(&args, t.name()));
+    let started = any_selected && !args.list && support::start_cluster();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if started {
+        support::stop_cluster();
+    }
+    conclusion.exit();
+}
+
+fn selected(args: &Arguments, name: &str) -> bool {
+    match &args.filter {
+        Some(filter) if args.exact => name == filter,
+        Some(filter) => name.contains(filter.as_str()),
+        None => true,
+    }
+}
+
+/// A trial from a plain function that panics on failure.
+pub fn trial(name: &'static str, test: fn()) -> Trial {
+    Trial::test(name, move || {
+        std::panic::catch_unwind(test).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "test panicked".into())
+                .into()
+        })
+    })
+}

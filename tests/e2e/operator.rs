@@ -1,0 +1,1286 @@
+//! The operator against the real control plane: one test per behaviour
+//! users rely on. Each test has its own namespace and its own operator
+//! process watching only that namespace.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Event as KubeEvent};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use libtest_mimic::Trial;
+use openmed_op::api::{OpenMedModel, OpenMedModelStatus, Phase};
+use serde_json::{Value, json};
+
+use crate::support::*;
+use crate::trial;
+
+pub fn trials() -> Vec<Trial> {
+    vec![
+        trial(
+            "operator::a_healthy_rollout_writes_what_render_shows",
+            a_healthy_rollout_writes_what_render_shows,
+        ),
+        trial(
+            "operator::render_and_the_operator_agree_on_generated_resources",
+            render_and_the_operator_agree_on_generated_resources,
+        ),
+        trial(
+            "operator::a_version_that_never_gets_ready_is_rolled_back",
+            a_version_that_never_gets_ready_is_rolled_back,
+        ),
+        trial(
+            "operator::a_failed_rollback_is_terminal",
+            a_failed_rollback_is_terminal,
+        ),
+        trial(
+            "operator::manual_rollbacks_are_accepted_or_rejected_and_recover",
+            manual_rollbacks_are_accepted_or_rejected_and_recover,
+        ),
+        trial(
+            "operator::drift_by_another_writer_is_restored",
+            drift_by_another_writer_is_restored,
+        ),
+        trial(
+            "operator::a_target_created_after_the_resource_is_picked_up",
+            a_target_created_after_the_resource_is_picked_up,
+        ),
+        trial(
+            "operator::a_container_added_later_is_picked_up",
+            a_container_added_later_is_picked_up,
+        ),
+        trial(
+            "operator::a_conflict_heals_when_the_other_owner_goes",
+            a_conflict_heals_when_the_other_owner_goes,
+        ),
+        trial(
+            "operator::renaming_the_target_releases_the_old_one",
+            renaming_the_target_releases_the_old_one,
+        ),
+        trial(
+            "operator::deletion_releases_the_target_and_keeps_the_deployment",
+            deletion_releases_the_target_and_keeps_the_deployment,
+        ),
+        trial(
+            "operator::deletion_with_an_invalid_spec_or_a_foreign_owner_completes",
+            deletion_with_an_invalid_spec_or_a_foreign_owner_completes,
+        ),
+        trial(
+            "operator::a_killed_operator_converges_after_restart",
+            a_killed_operator_converges_after_restart,
+        ),
+        trial(
+            "operator::a_steady_state_sends_no_requests",
+            a_steady_state_sends_no_requests,
+        ),
+        trial(
+            "operator::a_status_from_the_earlier_operator_is_adopted_without_a_restart",
+            a_status_from_the_earlier_operator_is_adopted_without_a_restart,
+        ),
+        trial(
+            "operator::an_autoscaled_target_keeps_its_replicas",
+            an_autoscaled_target_keeps_its_replicas,
+        ),
+        trial(
+            "operator::health_metrics_and_graceful_shutdown",
+            health_metrics_and_graceful_shutdown,
+        ),
+    ]
+}
+
+const ROLLOUT: Duration = Duration::from_secs(60);
+
+/// One test's world: a namespace, an admin client and an operator.
+struct Env {
+    client: Client,
+    ns: TestNamespace,
+    operator: Operator,
+}
+
+impl Env {
+    async fn new(prefix: &str) -> Self {
+        Self::with_operator_args(prefix, &[]).await
+    }
+
+    async fn with_operator_args(prefix: &str, args: &[&str]) -> Self {
+        let client = admin().await;
+        install_crd(&client).await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        let operator = Operator::start(&ns.name, args);
+        Env {
+            client,
+            ns,
+            operator,
+        }
+    }
+
+    fn models(&self) -> Api<OpenMedModel> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    fn config_maps(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    async fn apply(&self, yaml: &str) {
+        apply_yaml(&self.client, Some(&self.ns.name), yaml, "e2e-user").await;
+    }
+
+    /// Unique version names per test, so the shared unready list does not leak.
+    fn version(&self, name: &str) -> String {
+        format!("OpenMed/{name}-{}", self.ns.name)
+    }
+
+    async fn status(&self, name: &str) -> OpenMedModelStatus {
+        self.models()
+            .get(name)
+            .await
+            .ok()
+            .and_then(|m| m.status)
+            .unwrap_or_default()
+    }
+
+    async fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        ok: impl FnMut(&OpenMedModelStatus) -> bool,
+    ) -> OpenMedModelStatus {
+        wait_until(
+            &format!(
+                "{what} ({}/{name}; operator log {})",
+                self.ns.name,
+                self.operator.log.display()
+            ),
+            ROLLOUT,
+            || self.status(name),
+            ok,
+        )
+        .await
+    }
+
+    async fn wait_ready(&self, name: &str, version: &str) -> OpenMedModelStatus {
+        self.wait_status(name, &format!("phase Ready serving {version}"), |s| {
+            s.phase == Some(Phase::Ready) && s.active_version.as_deref() == Some(version)
+        })
+        .await
+    }
+
+    async fn deployment(&self, name: &str) -> Value {
+        serde_json::to_value(self.deployments().get(name).await.unwrap()).unwrap()
+    }
+
+    async fn event_reasons(&self, object: &str) -> Vec<(String, i32)> {
+        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &self.ns.name);
+        let mut events: Vec<(String, i32)> = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some(object)
+                    && e.involved_object.kind.as_deref() == Some("OpenMedModel")
+            })
+            .map(|e| (e.reason.unwrap_or_default(), e.count.unwrap_or(1)))
+            .collect();
+        events.sort();
+        events
+    }
+
+    async fn wait_event(&self, object: &str, reason: &str) {
+        wait_until(
+            &format!("event {reason} on {object}"),
+            ROLLOUT,
+            || self.event_reasons(object),
+            |events| events.iter().any(|(r, _)| r == reason),
+        )
+        .await;
+    }
+
+    async fn set_spec(&self, name: &str, patch: Value) {
+        self.models()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": patch })),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
+        self.models()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn finish(self) {
+        let Env {
+            ns, mut operator, ..
+        } = self;
+        operator.kill();
+        ns.delete().await;
+    }
+}
+
+fn deployment_yaml(name: &str, container: &str, boot_version: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  labels: {{app: {name}}}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+      - name: {container}
+        image: openmed/openmed-service:1.0.0
+        env:
+        - name: OPENMED_SERVICE_PRELOAD_MODELS
+          value: {boot_version}
+"
+    )
+}
+
+fn model_yaml(name: &str, version: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: openmed.ai/v1alpha1
+kind: OpenMedModel
+metadata:
+  name: {name}
+spec:
+  family: pii
+  tier: Small
+  version: {version}
+  replicas: 2
+{extra}"
+    )
+}
+
+fn env_entry(deployment: &Value, container: &str) -> Value {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == container)
+        .unwrap()["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "OPENMED_SERVICE_PRELOAD_MODELS")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// The owned fields of a Deployment, for comparing live and rendered.
+fn owned_fields(deployment: &Value, container: &str) -> Value {
+    json!({
+        "resource": deployment["metadata"]["annotations"]["openmed.ai/model-resource"],
+        "label": deployment["metadata"]["labels"]["openmed.ai/operated-by"],
+        "replicas": deployment["spec"]["replicas"],
+        "progressDeadlineSeconds": deployment["spec"]["progressDeadlineSeconds"],
+        "strategy": deployment["spec"]["strategy"],
+        "templateAnnotations": deployment["spec"]["template"]["metadata"]["annotations"],
+        "env": env_entry(deployment, container),
+    })
+}
+
+fn config_map_fields(cm: &Value) -> Value {
+    json!({
+        "name": cm["metadata"]["name"],
+        "labels": cm["metadata"]["labels"],
+        "annotations": cm["metadata"]["annotations"],
+        "data": cm["data"],
+    })
+}
+
+/// `openmed-op render` of `yaml`, as documents.
+fn render(yaml: &str, namespace: &str) -> Vec<Value> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(binary())
+        .args(["render", "-n", namespace, "-o", "json", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "render failed for\n{yaml}");
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    list["items"].as_array().unwrap().clone()
+}
+
+/// Applies `deployment` and `model`, waits until Ready, then checks that
+/// the live ConfigMap and Deployment fields equal `render`'s.
+async fn assert_parity(
+    env: &Env,
+    deployment: &str,
+    model: &str,
+    name: &str,
+    container: &str,
+    version: &str,
+) {
+    env.apply(deployment).await;
+    env.apply(model).await;
+    env.wait_ready(name, version).await;
+    let rendered = render(&format!("{deployment}---\n{model}"), &env.ns.name);
+    let rendered_deployment = rendered.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let rendered_cm = rendered.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let deployment_name = rendered_deployment["metadata"]["name"].as_str().unwrap();
+    let live = env.deployment(deployment_name).await;
+    assert_eq!(
+        owned_fields(&live, container),
+        owned_fields(rendered_deployment, container),
+        "{name}: Deployment fields"
+    );
+    let cm_name = rendered_cm["metadata"]["name"].as_str().unwrap();
+    let live_cm = serde_json::to_value(env.config_maps().get(cm_name).await.unwrap()).unwrap();
+    assert_eq!(
+        config_map_fields(&live_cm),
+        config_map_fields(rendered_cm),
+        "{name}: ConfigMap"
+    );
+    let owner = &live_cm["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["controller"].as_bool()),
+        (Some("OpenMedModel"), Some(true))
+    );
+}
+
+fn a_healthy_rollout_writes_what_render_shows() {
+    block_on(async {
+        let env = Env::new("healthy").await;
+        let docs = crate::cluster::example_docs();
+        let (deployment, model): (Vec<&str>, Vec<&str>) = docs
+            .split("\n---\n")
+            .filter(|d| !d.trim().is_empty())
+            .partition(|d| !d.contains("kind: OpenMedModel"));
+        let model = model.join("\n---\n");
+        let deployment = deployment.join("\n---\n");
+        assert_parity(
+            &env,
+            &deployment,
+            &model,
+            "openmed-service",
+            "openmed-service",
+            "OpenMed/synthetic-pii-v1",
+        )
+        .await;
+        let s = env.status("openmed-service").await;
+        assert_eq!(
+            s.last_successful_spec.unwrap().version,
+            "OpenMed/synthetic-pii-v1"
+        );
+        assert_eq!(s.observed_generation, Some(1));
+        let live = env.deployment("openmed-service").await;
+        assert_eq!(
+            Some(live["metadata"]["generation"].as_i64().unwrap()),
+            s.target_deployment_generation
+        );
+        assert_eq!(live["status"]["readyReplicas"], 2);
+        env.wait_event("openmed-service", "RolloutSucceeded").await;
+        assert!(
+            env.event_reasons("openmed-service")
+                .await
+                .iter()
+                .any(|(r, _)| r == "RolloutStarted")
+        );
+        // kubectl wait works on the Ready condition.
+        let (ok, _, err) = kubectl(&[
+            "wait",
+            "-n",
+            &env.ns.name,
+            "--for=condition=Ready",
+            "omm/openmed-service",
+            "--timeout=5s",
+        ]);
+        assert!(ok, "{err}");
+        env.finish().await;
+    });
+}
+
+fn render_and_the_operator_agree_on_generated_resources() {
+    block_on(async {
+        let env = Env::new("parity").await;
+        let long = "a".repeat(60);
+        let cases = vec![
+            ("recreate", "openmed-service", "  rolloutStrategy:\n    type: Recreate\n".to_owned()),
+            ("percent", "openmed-service", "  rolloutStrategy:\n    maxSurge: 50%\n    maxUnavailable: 25%\n    progressDeadlineSeconds: 120\n".to_owned()),
+            ("named-cm", "openmed-service", "  manifestConfigMapName: models.v1\n".to_owned()),
+            ("custom-container", "api", "  targetRef:\n    containerName: api\n".to_owned()),
+            (long.as_str(), "openmed-service", String::new()),
+        ];
+        for (name, container, extra) in cases {
+            let version = env.version(&format!("parity-{}", &name[..name.len().min(8)]));
+            let deployment = deployment_yaml(name, container, "boot");
+            let model = model_yaml(name, &version, &extra);
+            assert_parity(&env, &deployment, &model, name, container, &version).await;
+        }
+        env.finish().await;
+    });
+}
+
+fn a_version_that_never_gets_ready_is_rolled_back() {
+    block_on(async {
+        let env = Env::new("rollback").await;
+        let (v1, bad) = (env.version("v1"), env.version("bad"));
+        mark_unready(&env.client, &[&bad]).await;
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml(
+            "svc",
+            &v1,
+            "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
+        ))
+        .await;
+        let ready = env.wait_ready("svc", &v1).await;
+        let v1_hash = ready.applied_spec_hash.clone();
+        let v1_template = env.deployment("svc").await["spec"]["template"]["metadata"]["annotations"]["openmed.ai/model-manifest-hash"].clone();
+        env.set_spec("svc", json!({"version": bad})).await;
+        let s = env
+            .wait_status("svc", "the rollback to succeed", |s| {
+                s.phase == Some(Phase::RolledBack)
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "RolledBack" && c.status == "True")
+            })
+            .await;
+        assert_eq!(s.desired_version.as_deref(), Some(bad.as_str()));
+        assert_eq!(s.active_version.as_deref(), Some(v1.as_str()));
+        assert_eq!(s.failed_spec_hash, s.desired_spec_hash);
+        assert_eq!(s.applied_spec_hash, v1_hash);
+        assert_eq!(s.rollback_spec.as_ref().unwrap().version, v1);
+        assert_eq!(s.rollback_request, Some(format!("automatic:{v1}")));
+        assert_eq!(s.rollback_count, Some(1));
+        assert_eq!(s.last_successful_spec.as_ref().unwrap().version, v1);
+        let condition = |t: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        assert_eq!(
+            condition("Degraded"),
+            Some(("True".into(), "RolloutFailed".into()))
+        );
+        assert_eq!(
+            condition("RolledBack"),
+            Some(("True".into(), "RollbackSucceeded".into()))
+        );
+        assert_eq!(
+            condition("Ready"),
+            Some(("False".into(), "RolledBack".into()))
+        );
+        assert_eq!(condition("Stalled").map(|c| c.0), Some("True".into()));
+        let live = env.deployment("svc").await;
+        assert_eq!(
+            live["spec"]["template"]["metadata"]["annotations"]["openmed.ai/model-manifest-hash"],
+            v1_template
+        );
+        let cm = env.config_maps().get("svc-model-manifest").await.unwrap();
+        assert_eq!(cm.data.unwrap()["OPENMED_SERVICE_PRELOAD_MODELS"], v1);
+        for reason in ["RolloutFailed", "RollbackStarted", "RollbackSucceeded"] {
+            env.wait_event("svc", reason).await;
+        }
+        // Several resyncs later: counted once, never retried.
+        let generation = live["metadata"]["generation"].clone();
+        // Proving that nothing happens takes time: three resync periods of 2 s.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let s = env.status("svc").await;
+        assert_eq!(s.rollback_count, Some(1));
+        assert_eq!(
+            env.deployment("svc").await["metadata"]["generation"],
+            generation,
+            "the failed spec is never retried"
+        );
+        env.finish().await;
+    });
+}
+
+fn a_failed_rollback_is_terminal() {
+    block_on(async {
+        let env = Env::new("rollbackfail").await;
+        let (v1, bad) = (env.version("v1"), env.version("bad"));
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        let strategy = "  rolloutStrategy:\n    type: Recreate\n    progressDeadlineSeconds: 8\n";
+        env.apply(&model_yaml("svc", &v1, strategy)).await;
+        env.wait_ready("svc", &v1).await;
+        // From now on neither version gets ready: Recreate replaces every v1
+        // pod, so the rollback needs new v1 pods, and they fail too.
+        mark_unready(&env.client, &[&v1, &bad]).await;
+        env.set_spec("svc", json!({"version": bad})).await;
+        let s = env
+            .wait_status("svc", "phase Failed with reason RollbackFailed", |s| {
+                s.phase == Some(Phase::Failed)
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.reason == "RollbackFailed")
+            })
+            .await;
+        assert_eq!(s.rollback_count, Some(1));
+        env.wait_event("svc", "RollbackFailed").await;
+        let generation = env.deployment("svc").await["metadata"]["generation"].clone();
+        tokio::time::sleep(Duration::from_secs(6)).await; // three resync periods, to prove there is no loop
+        assert_eq!(
+            env.deployment("svc").await["metadata"]["generation"],
+            generation,
+            "no further writes"
+        );
+        assert_eq!(env.status("svc").await.rollback_count, Some(1));
+        env.finish().await;
+    });
+}
+
+fn manual_rollbacks_are_accepted_or_rejected_and_recover() {
+    block_on(async {
+        let env = Env::new("manual").await;
+        let (v1, v2) = (env.version("v1"), env.version("v2"));
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_ready("svc", &v1).await;
+        env.set_spec("svc", json!({"version": v2})).await;
+        env.wait_ready("svc", &v2).await;
+
+        env.annotate("svc", "openmed.ai/rollback-to", Some(&v1))
+            .await;
+        let s = env
+            .wait_status("svc", "the manual rollback to succeed", |s| {
+                s.active_version.as_deref() == Some(v1.as_str())
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.reason == "ManualRollback")
+            })
+            .await;
+        assert_eq!(s.rollback_request, Some(format!("manual:{v1}")));
+        assert_eq!(s.previous_successful_spec.unwrap().version, v2);
+        env.wait_event("svc", "RollbackSucceeded").await;
+
+        // A version that is not retained: rejected, nothing written.
+        let cm_before = env
+            .config_maps()
+            .get("svc-model-manifest")
+            .await
+            .unwrap()
+            .resource_version();
+        let generation = env.deployment("svc").await["metadata"]["generation"].clone();
+        env.annotate(
+            "svc",
+            "openmed.ai/rollback-to",
+            Some("OpenMed/never-deployed"),
+        )
+        .await;
+        env.wait_status("svc", "the rollback to be rejected", |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "RollbackTargetUnavailable")
+        })
+        .await;
+        env.wait_event("svc", "RollbackRejected").await;
+        assert_eq!(
+            env.config_maps()
+                .get("svc-model-manifest")
+                .await
+                .unwrap()
+                .resource_version(),
+            cm_before
+        );
+        assert_eq!(
+            env.deployment("svc").await["metadata"]["generation"],
+            generation
+        );
+
+        // Removing the bad annotation returns to normal: spec.version (v2).
+        env.annotate("svc", "openmed.ai/rollback-to", None).await;
+        env.wait_ready("svc", &v2).await;
+        env.finish().await;
+    });
+}
+
+fn drift_by_another_writer_is_restored() {
+    block_on(async {
+        let env = Env::new("drift").await;
+        let v1 = env.version("v1");
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_ready("svc", &v1).await;
+        let deployments = env.deployments();
+
+        // Another writer removes our env entry.
+        let remove = json!({"spec": {"template": {"spec": {"containers": [{"name": "openmed-service",
+            "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "$patch": "delete"}]}]}}}});
+        deployments
+            .patch("svc", &PatchParams::default(), &Patch::Strategic(remove))
+            .await
+            .unwrap();
+        wait_until(
+            "the env entry to be restored",
+            ROLLOUT,
+            || env.deployment("svc"),
+            |d| {
+                env_entry(d, "openmed-service")["valueFrom"]["configMapKeyRef"]["name"]
+                    == "svc-model-manifest"
+            },
+        )
+        .await;
+
+        // Another writer scales it.
+        deployments
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 5}})),
+            )
+            .await
+            .unwrap();
+        wait_until(
+            "replicas to be restored",
+            ROLLOUT,
+            || env.deployment("svc"),
+            |d| d["spec"]["replicas"] == 2,
+        )
+        .await;
+
+        // Another writer edits the ConfigMap.
+        env.config_maps()
+            .patch(
+                "svc-model-manifest",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"OPENMED_SERVICE_PRELOAD_MODELS": "evil"}})),
+            )
+            .await
+            .unwrap();
+        wait_until(
+            "the ConfigMap to be restored",
+            ROLLOUT,
+            || async {
+                env.config_maps()
+                    .get("svc-model-manifest")
+                    .await
+                    .unwrap()
+                    .data
+                    .unwrap()
+            },
+            |data| data["OPENMED_SERVICE_PRELOAD_MODELS"] == v1,
+        )
+        .await;
+        let drift = wait_until(
+            "DriftCorrected counted three times",
+            ROLLOUT,
+            || env.event_reasons("svc"),
+            |events| {
+                events
+                    .iter()
+                    .any(|(r, count)| r == "DriftCorrected" && *count >= 3)
+            },
+        )
+        .await;
+        assert_eq!(
+            drift.iter().filter(|(r, _)| r == "DriftCorrected").count(),
+            1,
+            "one event, counted: {drift:?}"
+        );
+        env.wait_ready("svc", &v1).await;
+        env.finish().await;
+    });
+}
+
+fn a_target_created_after_the_resource_is_picked_up() {
+    block_on(async {
+        let env = Env::new("late").await;
+        let v1 = env.version("v1");
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_status("svc", "TargetNotFound", |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "TargetNotFound")
+        })
+        .await;
+        env.wait_event("svc", "TargetNotFound").await;
+        assert!(
+            env.config_maps()
+                .get_opt("svc-model-manifest")
+                .await
+                .unwrap()
+                .is_none(),
+            "no writes while blocked"
+        );
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.wait_ready("svc", &v1).await;
+        env.finish().await;
+    });
+}
+
+fn a_container_added_later_is_picked_up() {
+    block_on(async {
+        let env = Env::new("container").await;
+        let v1 = env.version("v1");
+        env.apply(&deployment_yaml("svc", "api", "boot")).await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        let s = env
+            .wait_status("svc", "ContainerNotFound", |s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "ContainerNotFound")
+            })
+            .await;
+        let message = &s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap()
+            .message;
+        assert!(message.contains("it has: api"), "{message}");
+        // The user's manifest now names the right container (and drops `api`).
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.wait_ready("svc", &v1).await;
+        env.finish().await;
+    });
+}
+
+fn a_conflict_heals_when_the_other_owner_goes() {
+    block_on(async {
+        let env = Env::new("conflict").await;
+        let (v1, v2) = (env.version("v1"), env.version("v2"));
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("first", &v1, "  targetRef:\n    name: svc\n"))
+            .await;
+        env.wait_ready("first", &v1).await;
+        env.apply(&model_yaml("second", &v2, "  targetRef:\n    name: svc\n"))
+            .await;
+        env.wait_status("second", "TargetConflict", |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "TargetConflict")
+        })
+        .await;
+        env.wait_event("second", "TargetConflict").await;
+        let live = env.deployment("svc").await;
+        assert_eq!(
+            live["metadata"]["annotations"]["openmed.ai/model-resource"],
+            format!("{}/first", env.ns.name)
+        );
+        env.models()
+            .delete("first", &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_ready("second", &v2).await;
+        env.finish().await;
+    });
+}
+
+fn renaming_the_target_releases_the_old_one() {
+    block_on(async {
+        let env = Env::new("rename").await;
+        let v1 = env.version("v1");
+        env.apply(&deployment_yaml("svc-a", "openmed-service", "boot"))
+            .await;
+        env.apply(&deployment_yaml("svc-b", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "  targetRef:\n    name: svc-a\n"))
+            .await;
+        env.wait_ready("svc", &v1).await;
+        env.set_spec("svc", json!({"targetRef": {"name": "svc-b"}}))
+            .await;
+        wait_until(
+            "svc-b to be managed",
+            ROLLOUT,
+            || env.deployment("svc-b"),
+            |d| {
+                env_entry(d, "openmed-service")["valueFrom"]["configMapKeyRef"]["name"]
+                    == "svc-model-manifest"
+            },
+        )
+        .await;
+        let old = env.deployment("svc-a").await;
+        assert!(
+            env_entry(&old, "openmed-service")
+                .get("valueFrom")
+                .is_none(),
+            "svc-a released: {old:#}"
+        );
+        assert!(
+            old["metadata"]["annotations"]
+                .get("openmed.ai/model-resource")
+                .is_none()
+        );
+        assert_eq!(
+            old["spec"]["template"]["metadata"]["annotations"]["openmed.ai/model-manifest-hash"],
+            json!(openmed_op::plan::released_manifest_hash())
+        );
+        assert_eq!(old["spec"]["replicas"], 2, "scaling is left as it was");
+        env.wait_ready("svc", &v1).await;
+        env.wait_event("svc", "TargetReleased").await;
+        env.finish().await;
+    });
+}
+
+fn deletion_releases_the_target_and_keeps_the_deployment() {
+    block_on(async {
+        let env = Env::new("delete").await;
+        let v1 = env.version("v1");
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_ready("svc", &v1).await;
+        env.models()
+            .delete("svc", &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for("the resource to be gone", ROLLOUT, || async {
+            env.models()
+                .get_opt("svc")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        assert!(
+            env.config_maps()
+                .get_opt("svc-model-manifest")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let live = env.deployment("svc").await;
+        assert_eq!(
+            env_entry(&live, "openmed-service"),
+            json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS"})
+        );
+        assert_eq!(
+            live["spec"]["template"]["metadata"]["annotations"]["openmed.ai/model-manifest-hash"],
+            json!(openmed_op::plan::released_manifest_hash())
+        );
+        assert!(
+            live["metadata"]["annotations"]
+                .get("openmed.ai/model-resource")
+                .is_none()
+        );
+        assert!(
+            live["metadata"]["labels"]
+                .get("openmed.ai/operated-by")
+                .is_none()
+        );
+        wait_until(
+            "pods to restart without a preloaded model",
+            ROLLOUT,
+            || env.deployment("svc"),
+            |d| {
+                d["status"]["updatedReplicas"] == 2
+                    && d["status"]["readyReplicas"] == 2
+                    && d["status"]["replicas"] == 2
+            },
+        )
+        .await;
+        env.finish().await;
+    });
+}
+
+fn deletion_with_an_invalid_spec_or_a_foreign_owner_completes() {
+    block_on(async {
+        let env = Env::new("deleteodd").await;
+        let v1 = env.version("v1");
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_ready("svc", &v1).await;
+        // Valid for the CRD, invalid against this target.
+        env.deployments()
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"minReadySeconds": 30}})),
+            )
+            .await
+            .unwrap();
+        env.set_spec(
+            "svc",
+            json!({"rolloutStrategy": {"progressDeadlineSeconds": 10}}),
+        )
+        .await;
+        env.wait_status("svc", "InvalidSpec", |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "InvalidSpec")
+        })
+        .await;
+        env.wait_event("svc", "InvalidSpec").await;
+        env.models()
+            .delete("svc", &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for("the invalid resource to be gone", ROLLOUT, || async {
+            env.models()
+                .get_opt("svc")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        assert!(
+            env_entry(&env.deployment("svc").await, "openmed-service")
+                .get("valueFrom")
+                .is_none()
+        );
+
+        // A resource that never owned its target leaves it alone.
+        env.apply(&deployment_yaml("shared", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml(
+            "owner",
+            &v1,
+            "  targetRef:\n    name: shared\n",
+        ))
+        .await;
+        env.wait_ready("owner", &v1).await;
+        env.apply(&model_yaml(
+            "intruder",
+            &v1,
+            "  targetRef:\n    name: shared\n",
+        ))
+        .await;
+        env.wait_status("intruder", "TargetConflict", |s| {
+            s.conditions.iter().any(|c| c.reason == "TargetConflict")
+        })
+        .await;
+        let before = env.deployment("shared").await;
+        env.models()
+            .delete("intruder", &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for("the intruder to be gone", ROLLOUT, || async {
+            env.models()
+                .get_opt("intruder")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        let after = env.deployment("shared").await;
+        assert_eq!(
+            after["metadata"]["generation"],
+            before["metadata"]["generation"]
+        );
+        assert_eq!(
+            owned_fields(&after, "openmed-service"),
+            owned_fields(&before, "openmed-service")
+        );
+        env.finish().await;
+    });
+}
+
+fn a_killed_operator_converges_after_restart() {
+    block_on(async {
+        let mut env = Env::new("restart").await;
+        let (v1, bad) = (env.version("v1"), env.version("bad"));
+        mark_unready(&env.client, &[&bad]).await;
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml(
+            "svc",
+            &v1,
+            "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
+        ))
+        .await;
+        env.wait_ready("svc", &v1).await;
+        env.set_spec("svc", json!({"version": bad})).await;
+        env.wait_status("svc", "the rollout of the bad version to start", |s| {
+            s.phase == Some(Phase::RollingOut)
+        })
+        .await;
+        env.operator.kill();
+        // The deadline passes while no operator runs.
+        let deployments = env.deployments();
+        wait_until(
+            "the deadline to pass",
+            ROLLOUT,
+            || async { deployments.get("svc").await.unwrap() },
+            |d| {
+                d.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.reason.as_deref() == Some("ProgressDeadlineExceeded"))
+                    })
+            },
+        )
+        .await;
+        env.operator.restart();
+        let s = env
+            .wait_status("svc", "the rollback after restart", |s| {
+                s.phase == Some(Phase::RolledBack)
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "RolledBack" && c.status == "True")
+            })
+            .await;
+        assert_eq!(s.rollback_count, Some(1));
+        assert_eq!(s.last_successful_spec.unwrap().version, v1);
+        // Killed again at a steady point and restarted: nothing changes.
+        env.operator.restart();
+        tokio::time::sleep(Duration::from_secs(5)).await; // two resync periods after the restart
+        assert_eq!(env.status("svc").await.rollback_count, Some(1));
+        env.finish().await;
+    });
+}
+
+fn a_steady_state_sends_no_requests() {
+    block_on(async {
+        let env = Env::new("steady").await;
+        let v1 = env.version("v1");
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_ready("svc", &v1).await;
+        // Let the last writes of the rollout settle into the caches.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let audit = cluster_dir().join("logs/audit.log");
+        let start = std::fs::metadata(&audit).map(|m| m.len()).unwrap_or(0);
+        // A minute of steady state: 30 resync periods of 2 s.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let text = std::fs::read(&audit).expect("the API server writes an audit log");
+        let window = String::from_utf8_lossy(&text[start as usize..]);
+        let mut requests = Vec::new();
+        for line in window.lines() {
+            let Ok(event) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let ours = event["userAgent"]
+                .as_str()
+                .is_some_and(|ua| ua.starts_with("openmed-operator/"));
+            let here = event["objectRef"]["namespace"] == json!(env.ns.name)
+                || event["requestURI"]
+                    .as_str()
+                    .is_some_and(|u| u.contains(&env.ns.name));
+            let verb = event["verb"].as_str().unwrap_or_default();
+            if ours && here && verb != "watch" && event["stage"] == "ResponseComplete" {
+                requests.push(format!("{verb} {}", event["requestURI"]));
+            }
+        }
+        assert!(
+            requests.is_empty(),
+            "the operator sent requests in a steady state:\n{}",
+            requests.join("\n")
+        );
+        env.finish().await;
+    });
+}
+
+fn a_status_from_the_earlier_operator_is_adopted_without_a_restart() {
+    block_on(async {
+        let client = admin().await;
+        install_crd(&client).await;
+        let ns = TestNamespace::create(&client, "migrate").await;
+        let vector: Value = serde_json::from_str(
+            &std::fs::read_to_string(root().join("tests/vectors/basic-v1.json")).unwrap(),
+        )
+        .unwrap();
+        // What the earlier operator left behind: the Deployment wired to its
+        // ConfigMap, the ConfigMap, and the resource with its status.
+        let deployment = format!(
+            "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: openmed-service
+  labels: {{app: openmed-service}}
+  annotations: {{openmed.ai/model-resource: {ns}/openmed-service}}
+spec:
+  replicas: 2
+  progressDeadlineSeconds: 600
+  strategy: {{type: RollingUpdate, rollingUpdate: {{maxSurge: 1, maxUnavailable: 0}}}}
+  selector:
+    matchLabels: {{app: openmed-service}}
+  template:
+    metadata:
+      labels: {{app: openmed-service}}
+      annotations:
+        openmed.ai/model-manifest-hash: {hash}
+        openmed.ai/model-resource: {ns}/openmed-service
+    spec:
+      containers:
+      - name: openmed-service
+        image: openmed/openmed-service:1.0.0
+        env:
+        - name: OPENMED_SERVICE_PRELOAD_MODELS
+          valueFrom:
+            configMapKeyRef: {{name: openmed-service-model-manifest, key: OPENMED_SERVICE_PRELOAD_MODELS}}
+",
+            ns = ns.name,
+            hash = vector["manifestHash"].as_str().unwrap()
+        );
+        apply_yaml(&client, Some(&ns.name), &deployment, "kopf").await;
+        let model = serde_yaml::to_string(&vector["resource"]).unwrap();
+        let stored = apply_yaml(&client, Some(&ns.name), &model, "kopf").await;
+        let uid = stored[0].metadata.uid.clone().unwrap();
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "openmed-service-model-manifest",
+                         "labels": {"app.kubernetes.io/managed-by": "openmed-operator", "openmed.ai/model-family": "pii"},
+                         "annotations": {"openmed.ai/model-resource": format!("{}/openmed-service", ns.name)},
+                         "ownerReferences": [{"apiVersion": "openmed.ai/v1alpha1", "kind": "OpenMedModel", "name": "openmed-service",
+                                              "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+            "data": {"manifest.json": vector["manifestJson"], "OPENMED_SERVICE_PRELOAD_MODELS": vector["normalizedSpec"]["version"]},
+        });
+        apply_yaml(
+            &client,
+            Some(&ns.name),
+            &serde_yaml::to_string(&cm).unwrap(),
+            "kopf",
+        )
+        .await;
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+        let ready = wait_until(
+            "the earlier operator's Deployment to be available",
+            ROLLOUT,
+            || async { deployments.get("openmed-service").await.unwrap() },
+            |d| {
+                d.status
+                    .as_ref()
+                    .is_some_and(|s| s.ready_replicas == Some(2) && s.updated_replicas == Some(2))
+            },
+        )
+        .await;
+        let generation = ready.metadata.generation;
+        let models: Api<OpenMedModel> = Api::namespaced(client.clone(), &ns.name);
+        let mut object = models.get("openmed-service").await.unwrap();
+        object.status = Some(serde_json::from_value(json!({
+            "observedGeneration": 1, "phase": "Ready", "desiredVersion": vector["normalizedSpec"]["version"],
+            "activeVersion": vector["normalizedSpec"]["version"], "desiredSpecHash": vector["specHash"],
+            "appliedSpecHash": vector["specHash"], "manifestHash": vector["manifestHash"],
+            "targetDeploymentGeneration": generation, "rollbackCount": 0,
+            "lastSuccessfulSpec": vector["normalizedSpec"],
+        })).unwrap());
+        models
+            .replace_status("openmed-service", &PostParams::default(), &object)
+            .await
+            .unwrap();
+
+        let mut operator = Operator::start(&ns.name, &[]);
+        wait_until(
+            "the operator to label the Deployment (adoption)",
+            ROLLOUT,
+            || async { deployments.get("openmed-service").await.unwrap() },
+            |d| d.labels().get("openmed.ai/operated-by").is_some(),
+        )
+        .await;
+        let s = models.get("openmed-service").await.unwrap().status.unwrap();
+        assert_eq!(s.phase, Some(Phase::Ready));
+        assert_eq!(s.applied_spec_hash.as_deref(), vector["specHash"].as_str());
+        assert_eq!(
+            s.last_successful_spec.unwrap().version,
+            vector["normalizedSpec"]["version"].as_str().unwrap()
+        );
+        let after = deployments.get("openmed-service").await.unwrap();
+        assert_eq!(
+            after.metadata.generation, generation,
+            "no pod-template change: no pod restarts"
+        );
+        operator.kill();
+        ns.delete().await;
+    });
+}
+
+fn an_autoscaled_target_keeps_its_replicas() {
+    block_on(async {
+        let env = Env::new("hpa").await;
+        let v1 = env.version("v1");
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(
+            "apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: svc
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: svc}
+  minReplicas: 1
+  maxReplicas: 5
+",
+        )
+        .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        let s = env.wait_ready("svc", &v1).await;
+        let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert!(
+            ready.message.contains("HorizontalPodAutoscaler"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(
+            env.deployment("svc").await["spec"]["replicas"],
+            1,
+            "spec.replicas: 2 is not written"
+        );
+        // The autoscaler scales; the operator does not fight it.
+        env.deployments()
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 4}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await; // two resync periods, to prove nothing reverts it
+        assert_eq!(env.deployment("svc").await["spec"]["replicas"], 4);
+        env.finish().await;
+    });
+}
+
+fn health_metrics_and_graceful_shutdown() {
+    block_on(async {
+        let mut env = Env::new("runtime").await;
+        let v1 = env.version("v1");
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_ready("svc", &v1).await;
+        let addr = env.operator.addr.clone();
+        let health = wait_for("/healthz", ROLLOUT, || http_get(&addr, "/healthz")).await;
+        assert_eq!(health, "ok");
+        let metrics = env.operator.metrics().await;
+        for name in [
+            "controller_runtime_reconcile_total{controller=\"openmedmodel\",result=\"success\"}",
+            "controller_runtime_reconcile_time_seconds_bucket",
+            "openmed_rollouts_total{outcome=\"started\"} 1",
+            "openmed_rollouts_total{outcome=\"succeeded\"} 1",
+        ] {
+            assert!(
+                metrics.contains(name),
+                "{name} missing from /metrics:\n{metrics}"
+            );
+        }
+        assert_eq!(env.operator.terminate(), Some(0), "a clean exit on SIGTERM");
+        assert!(env.operator.log_text().contains("stopped"));
+        env.finish().await;
+    });
+}

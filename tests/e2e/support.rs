@@ -1,0 +1,512 @@
+//! Test support for the end-to-end suite: the real control plane from
+//! `tests/cluster`, a namespace per test, the operator as a real process,
+//! and waits with a deadline that explain what they were waiting for.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource, Scope};
+use kube::{Client, Config, Discovery};
+use serde_json::Value;
+
+/// The repository root.
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where `tests/cluster/up` keeps the cluster the suite uses.
+pub fn cluster_dir() -> PathBuf {
+    root().join("target/cluster")
+}
+
+/// The admin kubeconfig of the test cluster.
+pub fn kubeconfig() -> PathBuf {
+    cluster_dir().join("kubeconfig")
+}
+
+/// The `openmed-op` binary under test.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_openmed-op")
+}
+
+/// Starts the control plane (building it on first use) unless it already
+/// runs; returns true when this call started it, so the caller stops it.
+pub fn start_cluster() -> bool {
+    let was_running = Command::new(root().join("tests/cluster/up"))
+        .arg("--check")
+        .arg(cluster_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if was_running {
+        eprintln!(
+            "e2e: reusing the running control plane in {}",
+            cluster_dir().display()
+        );
+        return false;
+    }
+    eprintln!("e2e: starting the control plane (tests/cluster/up); the first run builds it");
+    let status = Command::new(root().join("tests/cluster/up"))
+        .arg(cluster_dir())
+        .stdin(Stdio::null())
+        .status()
+        .expect("tests/cluster/up runs");
+    assert!(
+        status.success(),
+        "tests/cluster/up failed; see {}/logs",
+        cluster_dir().display()
+    );
+    true
+}
+
+/// Stops the control plane started by [`start_cluster`].
+pub fn stop_cluster() {
+    let _ = Command::new(root().join("tests/cluster/down"))
+        .arg(cluster_dir())
+        .stdin(Stdio::null())
+        .status();
+}
+
+/// A runtime per test: each test is independent and may run in parallel.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// An admin client of the test cluster.
+pub async fn admin() -> Client {
+    client_for(&kubeconfig(), None).await
+}
+
+/// A client that acts as `user` (impersonation by the admin).
+pub async fn client_for(path: &Path, impersonate: Option<&str>) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).expect("the test kubeconfig");
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("a client config");
+    if let Some(user) = impersonate {
+        config.auth_info.impersonate = Some(user.to_owned());
+    }
+    Client::try_from(config).expect("a client")
+}
+
+/// Installs the committed CRD and waits until it is Established.
+pub async fn install_crd(client: &Client) {
+    static DONE: OnceLock<()> = OnceLock::new();
+    if DONE.get().is_some() {
+        return;
+    }
+    let text = std::fs::read_to_string(root().join("crds/openmedmodel.yaml")).unwrap();
+    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "openmedmodels.openmed.ai",
+        &PatchParams::apply("openmed-op-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the API server accepts the CRD");
+    wait_for(
+        "the CRD to be Established",
+        Duration::from_secs(60),
+        || async {
+            let crd = api.get("openmedmodels.openmed.ai").await.ok()?;
+            let established = crd
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        },
+    )
+    .await;
+    let _ = DONE.set(());
+}
+
+/// A namespace of its own for one test; deleted when the test passes.
+pub struct TestNamespace {
+    /// Its name.
+    pub name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    /// Creates `e2e-<prefix>-<random>`.
+    pub async fn create(client: &Client, prefix: &str) -> Self {
+        let suffix: u32 = rand_suffix();
+        let name = format!("e2e-{prefix}-{suffix:06x}");
+        let api: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &ns)
+            .await
+            .expect("a namespace");
+        wait_for(
+            "the default ServiceAccount of the namespace",
+            Duration::from_secs(30),
+            || async {
+                let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                    Api::namespaced(client.clone(), &name);
+                sa.get_opt("default").await.ok().flatten().map(|_| ())
+            },
+        )
+        .await;
+        TestNamespace {
+            name,
+            client: client.clone(),
+        }
+    }
+
+    /// Deletes the namespace (after a passing test).
+    pub async fn delete(self) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let _ = api.delete(&self.name, &DeleteParams::background()).await;
+    }
+}
+
+fn rand_suffix() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    (h.finish() & 0xff_ffff) as u32
+}
+
+/// Server-side applies every document of a YAML stream, in `namespace`
+/// (overriding theirs) when given; returns the objects as stored.
+pub async fn apply_yaml(
+    client: &Client,
+    namespace: Option<&str>,
+    yaml: &str,
+    manager: &str,
+) -> Vec<DynamicObject> {
+    try_apply_yaml(client, namespace, yaml, manager, false)
+        .await
+        .unwrap_or_else(|e| panic!("apply failed: {e}\n{yaml}"))
+}
+
+/// Like [`apply_yaml`], returning the API server's error; `strict` asks for
+/// strict field validation (unknown fields are errors).
+pub async fn try_apply_yaml(
+    client: &Client,
+    namespace: Option<&str>,
+    yaml: &str,
+    manager: &str,
+    strict: bool,
+) -> Result<Vec<DynamicObject>, kube::Error> {
+    use serde::Deserialize;
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let mut value = Value::deserialize(doc).unwrap();
+        if value.is_null() {
+            continue;
+        }
+        let gvk = GroupVersionKind::try_from(&kube::api::TypeMeta {
+            api_version: value["apiVersion"].as_str().unwrap().to_owned(),
+            kind: value["kind"].as_str().unwrap().to_owned(),
+        })
+        .unwrap();
+        let (resource, caps): (ApiResource, ApiCapabilities) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("the server knows {gvk:?}"));
+        let name = value["metadata"]["name"].as_str().unwrap().to_owned();
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+            Scope::Namespaced => {
+                if let Some(ns) = namespace {
+                    value["metadata"]["namespace"] = Value::String(ns.to_owned());
+                }
+                let ns = value["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("default")
+                    .to_owned();
+                Api::namespaced_with(client.clone(), &ns, &resource)
+            }
+        };
+        let mut params = PatchParams::apply(manager).force();
+        if strict {
+            params = params.validation_strict();
+        }
+        out.push(api.patch(&name, &params, &Patch::Apply(&value)).await?);
+    }
+    Ok(out)
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, or panics after
+/// `deadline` naming what it waited for (with the operator and control
+/// plane logs attached by the caller's context).
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if start.elapsed() > deadline {
+            panic!(
+                "timed out after {deadline:?} waiting for {what}\n{}",
+                log_tails()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Like [`wait_for`], with the last value seen shown on timeout.
+pub async fn wait_until<T: Debug, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    mut get: F,
+    mut ok: impl FnMut(&T) -> bool,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+{
+    let start = Instant::now();
+    loop {
+        let value = get().await;
+        if ok(&value) {
+            return value;
+        }
+        if start.elapsed() > deadline {
+            panic!(
+                "timed out after {deadline:?} waiting for {what}; last seen:\n{value:#?}\n{}",
+                log_tails()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The last lines of every component log, for failure messages.
+pub fn log_tails() -> String {
+    let mut out = String::new();
+    let dir = cluster_dir().join("logs");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return out;
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(15)..];
+        out.push_str(&format!(
+            "--- {} (last {} lines)\n{}\n",
+            path.display(),
+            tail.len(),
+            tail.join("\n")
+        ));
+    }
+    out
+}
+
+/// Marks versions as unready for the fake kubelet: pods created from now on
+/// that would preload them never pass their readiness check.
+pub async fn mark_unready(client: &Client, versions: &[&str]) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    for _ in 0..20 {
+        let existing = api.get_opt("fake-kubelet").await.unwrap();
+        let mut lines: Vec<String> = existing
+            .as_ref()
+            .and_then(|c| c.data.as_ref())
+            .and_then(|d| d.get("unready"))
+            .map(|s| s.lines().map(str::to_owned).collect())
+            .unwrap_or_default();
+        for v in versions {
+            if !lines.iter().any(|l| l == v) {
+                lines.push((*v).to_owned());
+            }
+        }
+        let data = serde_json::json!({ "unready": lines.join("\n") });
+        let result = match existing {
+            Some(mut cm) => {
+                cm.data = serde_json::from_value(data).unwrap();
+                api.replace("fake-kubelet", &PostParams::default(), &cm)
+                    .await
+            }
+            None => {
+                let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "fake-kubelet", "namespace": "kube-system"},
+                    "data": data,
+                }))
+                .unwrap();
+                api.create(&PostParams::default(), &cm).await
+            }
+        };
+        match result {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => panic!("cannot update kube-system/fake-kubelet: {e}"),
+        }
+    }
+    panic!("kube-system/fake-kubelet kept changing under us");
+}
+
+/// The operator, running as a real process against the test cluster.
+pub struct Operator {
+    child: Child,
+    /// Its log file.
+    pub log: PathBuf,
+    /// Its `/metrics` and `/healthz` address.
+    pub addr: String,
+    args: Vec<String>,
+    kubeconfig: PathBuf,
+}
+
+impl Operator {
+    /// Starts `openmed-op run` for `namespace` with a short resync.
+    pub fn start(namespace: &str, extra: &[&str]) -> Self {
+        Self::start_with(&kubeconfig(), namespace, extra)
+    }
+
+    /// Starts it with another kubeconfig (another identity).
+    pub fn start_with(kubeconfig: &Path, namespace: &str, extra: &[&str]) -> Self {
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            "-n".into(),
+            namespace.into(),
+            "--resync".into(),
+            "2s".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let log = cluster_dir()
+            .join("logs")
+            .join(format!("operator-{namespace}.log"));
+        Self::spawn(args, kubeconfig.to_path_buf(), log)
+    }
+
+    fn spawn(mut args: Vec<String>, kubeconfig: PathBuf, log: PathBuf) -> Self {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        args.retain(|a| !a.starts_with("--listen="));
+        let mut full = args.clone();
+        full.push(format!("--listen={addr}"));
+        std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(binary())
+            .args(&full)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info,openmed_op=debug")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("openmed-op run starts");
+        Operator {
+            child,
+            log,
+            addr,
+            args,
+            kubeconfig,
+        }
+    }
+
+    /// Kills it at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again with the same arguments.
+    pub fn restart(&mut self) {
+        self.kill();
+        *self = Self::spawn(self.args.clone(), self.kubeconfig.clone(), self.log.clone());
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The operator's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        http_get(&self.addr, "/metrics").await.unwrap_or_default()
+    }
+
+    /// The operator's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP GET on loopback.
+pub async fn http_get(addr: &str, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+/// Runs `kubectl` against the test cluster; returns (success, stdout, stderr).
+pub fn kubectl(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
