@@ -18,6 +18,9 @@ use crate::rollout::ResourceView;
 #[derive(Resource, Serialize, Deserialize, Clone, Debug)]
 #[resource(inherit = OpenMedModel)]
 pub struct RawModel {
+    /// `apiVersion` and `kind`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub types: Option<kube::api::TypeMeta>,
     /// Standard object metadata.
     pub metadata: ObjectMeta,
     /// The spec, unparsed.

@@ -25,8 +25,8 @@ use tracing::{info, instrument, warn};
 use super::events::Recorder;
 use super::metrics::Metrics;
 use super::model::RawModel;
-use crate::api::OpenMedModelStatus;
 use crate::api::names::{FIELD_MANAGER, FINALIZER, MODEL_RESOURCE_ANNOTATION};
+use crate::api::{API_VERSION, KIND, OpenMedModelStatus};
 use crate::rollout::{self, Decision, Observed, ResourceView, Rival, Settings, Write};
 
 /// Passes of decide-and-write in one reconcile; a decision needs at most
@@ -364,6 +364,11 @@ async fn write_status(
 ) -> Result<RawModel, kube::Error> {
     let mut next = current.clone();
     next.status = Some(serde_json::to_value(status).map_err(kube::Error::SerdeError)?);
+    // Objects from a list or watch may lack their type; a replace needs it.
+    next.types = Some(kube::api::TypeMeta {
+        api_version: API_VERSION.to_owned(),
+        kind: KIND.to_owned(),
+    });
     ctx.metrics.wrote("openmedmodels/status", "update");
     api.replace_status(&current.name_any(), &PostParams::default(), &next)
         .await
@@ -402,6 +407,16 @@ async fn execute(
                     Err(e) => return Err(e.into()),
                 }
                 fresh.config_maps.insert(name.clone(), None);
+            }
+            Write::MergePatchDeployment { name, patch } => {
+                let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+                ctx.metrics.wrote("deployments", "patch");
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_owned()),
+                    ..PatchParams::default()
+                };
+                let stored = api.patch(name, &params, &Patch::Merge(patch)).await?;
+                fresh.deployments.insert(name.clone(), stored);
             }
             Write::ApplyDeployment {
                 name,

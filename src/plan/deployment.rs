@@ -237,6 +237,24 @@ impl DeploymentFields {
         })
     }
 
+    /// A JSON merge patch to send before the apply body when switching the
+    /// target to `Recreate` while it still has `rollingUpdate` settings.
+    ///
+    /// Server-side apply cannot remove a field nobody owns, and the API
+    /// server's own defaults (`rollingUpdate: 25%/25%`) are owned by nobody,
+    /// so an apply of `type: Recreate` alone is refused ("may not be
+    /// specified when strategy type is 'Recreate'"). A merge patch may
+    /// delete it, in the same request that changes the type.
+    pub fn strategy_reset(&self, observed: &Value) -> Option<Value> {
+        let recreate = self.strategy.as_ref()?.get("type")? == "Recreate";
+        let has_rolling = observed
+            .pointer("/spec/strategy/rollingUpdate")
+            .is_some_and(|r| !r.is_null());
+        (recreate && has_rolling).then(
+            || json!({ "spec": { "strategy": { "type": "Recreate", "rollingUpdate": null } } }),
+        )
+    }
+
     /// Sets these fields on a full Deployment object, leaving everything else
     /// as it is. The env entry keeps its position; a released target loses
     /// the ownership annotations and label.

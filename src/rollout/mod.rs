@@ -101,6 +101,14 @@ pub enum Write {
         /// Its UID, so a ConfigMap recreated since is not deleted.
         uid: Option<String>,
     },
+    /// A JSON merge patch of a Deployment, for the one change server-side
+    /// apply cannot make (see `DeploymentFields::strategy_reset`).
+    MergePatchDeployment {
+        /// The Deployment's name.
+        name: String,
+        /// The merge patch.
+        patch: Value,
+    },
     /// Server-side apply of the owned fields of a Deployment.
     ApplyDeployment {
         /// The Deployment's name.
@@ -605,6 +613,13 @@ impl<'a> Step<'a> {
                 .push(Write::ApplyConfigMap(Box::new(wanted.config_map.clone())));
         }
         if !deployment_changes.is_empty() {
+            let observed = serde_json::to_value(target).expect("a Deployment serializes");
+            if let Some(patch) = wanted.deployment.strategy_reset(&observed) {
+                self.writes.push(Write::MergePatchDeployment {
+                    name: wanted.deployment.name.clone(),
+                    patch,
+                });
+            }
             self.writes.push(Write::ApplyDeployment {
                 name: wanted.deployment.name.clone(),
                 body: wanted.deployment.apply_body(),

@@ -152,6 +152,18 @@ impl World {
                 self.config_maps
                     .retain(|c| c.metadata.name.as_deref() != Some(name));
             }
+            Write::MergePatchDeployment { name, patch } => {
+                let target = self
+                    .deployment
+                    .as_mut()
+                    .filter(|d| d["metadata"]["name"] == json!(name))
+                    .unwrap();
+                target["spec"]["strategy"] = patch["spec"]["strategy"].clone();
+                target["spec"]["strategy"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("rollingUpdate");
+            }
             Write::ApplyDeployment { name, body, .. } => {
                 let target = std::iter::once(&mut self.deployment)
                     .flatten()
@@ -458,6 +470,11 @@ fn recreate_serves_nothing_while_it_rolls() {
     w.resource.spec["rolloutStrategy"] = json!({"type": "Recreate"});
     w.set_version("v2");
     w.reconcile();
+    assert!(
+        matches!(&w.writes[1], Write::MergePatchDeployment { patch, .. } if patch["spec"]["strategy"]["rollingUpdate"].is_null()),
+        "rollingUpdate is removed before the apply: {:?}",
+        w.writes
+    );
     assert_eq!(w.status().active_version, None);
     assert_eq!(w.dep()["spec"]["strategy"], json!({"type": "Recreate"}));
 }

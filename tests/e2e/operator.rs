@@ -281,8 +281,8 @@ fn env_entry(deployment: &Value, container: &str) -> Value {
         .find(|c| c["name"] == container)
         .unwrap()["env"]
         .as_array()
-        .unwrap()
-        .iter()
+        .into_iter()
+        .flatten()
         .find(|e| e["name"] == "OPENMED_SERVICE_PRELOAD_MODELS")
         .cloned()
         .unwrap_or(Value::Null)
@@ -371,7 +371,10 @@ async fn assert_parity(
 fn a_healthy_rollout_writes_what_render_shows() {
     block_on(async {
         let env = Env::new("healthy").await;
-        let docs = crate::cluster::example_docs();
+        let docs = crate::cluster::example_docs().replace(
+            "namespace: openmed\n",
+            &format!("namespace: {}\n", env.ns.name),
+        );
         let (deployment, model): (Vec<&str>, Vec<&str>) = docs
             .split("\n---\n")
             .filter(|d| !d.trim().is_empty())
@@ -1139,7 +1142,9 @@ spec:
             hash = vector["manifestHash"].as_str().unwrap()
         );
         apply_yaml(&client, Some(&ns.name), &deployment, "kopf").await;
-        let model = serde_yaml::to_string(&vector["resource"]).unwrap();
+        let mut resource = vector["resource"].clone();
+        resource["metadata"] = json!({"name": "openmed-service"});
+        let model = serde_yaml::to_string(&resource).unwrap();
         let stored = apply_yaml(&client, Some(&ns.name), &model, "kopf").await;
         let uid = stored[0].metadata.uid.clone().unwrap();
         let cm = json!({
