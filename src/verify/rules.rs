@@ -402,7 +402,7 @@ fn rollback_retained(
             "the cluster's status (lastSuccessfulSpec, previousSuccessfulSpec)"
         }
         RetainedSource::History => {
-            "history-derived: the last two distinct spec.version values on BASE's first-parent history; pass --status for the versions the cluster actually retains"
+            "history-derived: the last two distinct spec.version values on BASE's first-parent history; --status gives the cluster's own"
         }
     };
     let accepted = if retained.is_empty() {
