@@ -37,7 +37,8 @@ Run `openmed-op <command> --help` for each command's options and examples.";
 /// the model pointer into a ConfigMap, wires the Deployment to it, rolls the
 /// pods so they warm the model before /readyz passes, and rolls back to the
 /// last successful version when a rollout fails. `render` shows offline
-/// exactly what it would write.
+/// exactly what it would write; `verify` checks a change in Git before it
+/// merges.
 #[derive(Debug, Parser)]
 #[command(name = "openmed-op", version, after_help = AFTER_HELP)]
 pub struct Cli {
@@ -106,18 +107,22 @@ input or malformed YAML.")]
     /// BASE defaults to the merge base of REV with the default branch
     /// (origin/HEAD, main or master), else REV's first parent. See
     /// docs/verify.md for every rule and the JSON schema.
-    #[command(after_help = "\
+    #[command(
+        verbatim_doc_comment,
+        about = "Check a change to OpenMedModels in Git before it merges",
+        after_help = "\
 Examples:
   openmed-op verify                              # HEAD against its merge base with main
   openmed-op verify --format github              # in CI: annotations on the pull request
-  openmed-op verify --rev pr-head --base main --repo /srv/git/models.git
+  openmed-op verify --repo models.git --rev pr-head --base main   # a bare repository
   kubectl get omm -A -o yaml > status.yaml
   openmed-op verify --status status.yaml         # judge against the cluster's retained versions
   openmed-op verify --exclude 'charts/**' --strict
   openmed-op verify --watch                      # re-check the files on disk on every save
 
 Exit codes: 0 no errors (warnings allowed), 1 errors, 2 not a Git repository,
-unknown revision, bad glob, unreadable or malformed --status input.")]
+unknown revision, bad glob, unreadable or malformed --status input."
+    )]
     Verify(VerifyArgs),
 }
 
