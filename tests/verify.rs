@@ -827,3 +827,146 @@ fn the_repository_can_be_found_from_a_subdirectory() {
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert!(Path::new(&sub).is_dir());
 }
+
+/// The rule ids `verify` reports for a pull request on top of `main`.
+fn rules_for(main: &[&[(&str, &str)]], pr: &[(&str, &str)], status: Option<&str>) -> Vec<String> {
+    let repo = TestRepo::new();
+    for files in main {
+        repo.commit("main", files);
+    }
+    pull_request(&repo, pr);
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["--rev", "pr", "--format", "json"];
+    let path = dir.path().join("status.yaml");
+    if let Some(status) = status {
+        std::fs::write(&path, status).unwrap();
+        args.extend(["--status", path.to_str().unwrap()]);
+    }
+    let out = verify(&repo, &args);
+    let report = json(&out);
+    let errors = report["summary"]["errors"].as_u64().unwrap();
+    assert_eq!(code(&out), if errors > 0 { 1 } else { 0 }, "{report:#}");
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn every_rule_both_ways_on_a_repository() {
+    let v1 = model("svc", "v1");
+    let v2 = model("svc", "v2");
+    let history: &[&[(&str, &str)]] = &[&[("svc.yaml", &v1)], &[("svc.yaml", &v2)]];
+    let annotated = |version: &str, metadata: &str| model_with("svc", version, metadata);
+    let targeting = |name: &str, target: &str| {
+        model(name, "v1").replace(
+            "  version: v1\n",
+            &format!("  version: v1\n  targetRef:\n    name: {target}\n"),
+        )
+    };
+    let ready = "kind: OpenMedModel\nmetadata: {name: svc, namespace: team}\nstatus:\n  phase: Ready\n  lastSuccessfulSpec: {family: pii, tier: Small, version: v2}\n  previousSuccessfulSpec: {family: pii, tier: Small, version: v1}\n";
+    let failed_v3 = STATUS_LIST;
+    let reason = "  annotations:\n    openmed.ai/retry-reason: fixed the tokenizer\n";
+    let none: Vec<String> = Vec::new();
+    let only = |id: &str| vec![id.to_owned()];
+
+    // 1. Valid.
+    let huge = v2.replace("Small", "Huge");
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &huge)], None),
+        only("InvalidSpec")
+    );
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &model("svc", "v3"))], None),
+        none
+    );
+    // 2. One owner per target.
+    let two = [
+        ("svc.yaml", v2.as_str()),
+        ("b.yaml", &targeting("b", "svc")),
+    ];
+    assert_eq!(rules_for(history, &two, None), only("TargetConflict"));
+    let two = [
+        ("svc.yaml", v2.as_str()),
+        ("b.yaml", &targeting("b", "other")),
+    ];
+    assert_eq!(rules_for(history, &two, None), none);
+    // 3. Rollback only to a retained version.
+    let to = |v: &str| annotated("v2", &rollback_to(v));
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &to("v0"))], None),
+        only("RollbackNotRetained")
+    );
+    assert_eq!(rules_for(history, &[("svc.yaml", &to("v1"))], None), none);
+    // 4. One intent per change.
+    let both = annotated("v3", &rollback_to("v1"));
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &both)], None),
+        only("OneIntentPerChange")
+    );
+    // 5. No return to a known-failed version.
+    let v3 = model("svc", "v3");
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &v3)], Some(failed_v3)),
+        only("FailedVersionRetried")
+    );
+    let retry = annotated("v3", reason);
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &retry)], Some(failed_v3)),
+        none
+    );
+    // 6. Hygiene.
+    let stale = annotated("v2", &rollback_to("v2"));
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &stale)], None),
+        only("StaleRollbackAnnotation")
+    );
+    assert_eq!(
+        rules_for(
+            history,
+            &[("other.yaml", &v1.replace("svc", "other"))],
+            None
+        ),
+        only("ModelDeleted")
+    );
+    assert_eq!(rules_for(history, &[("renamed/svc.yml", &v2)], None), none);
+    let latest = model("svc", "OpenMed/pii:latest");
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &latest)], None),
+        only("MutableVersion")
+    );
+    let pinned = model("svc", "OpenMed/pii@sha256:0123abcd");
+    assert_eq!(rules_for(history, &[("svc.yaml", &pinned)], None), none);
+    let moved = v2.replace(
+        "  version: v2\n",
+        "  version: v2\n  targetRef:\n    name: elsewhere\n",
+    );
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &moved)], None),
+        only("TargetChanged")
+    );
+    let scaled = v2.replace("  version: v2\n", "  version: v2\n  replicas: 3\n");
+    assert_eq!(rules_for(history, &[("svc.yaml", &scaled)], None), none);
+    // 7. Git agrees with the cluster after an automatic rollback.
+    let on_v3: &[&[(&str, &str)]] = &[&[("svc.yaml", &v2)], &[("svc.yaml", &v3)]];
+    let unrelated = [("svc.yaml", v3.as_str()), ("notes.yaml", "a: 1\n")];
+    assert_eq!(
+        rules_for(on_v3, &unrelated, Some(failed_v3)),
+        only("GitBehindRollback")
+    );
+    assert_eq!(
+        rules_for(on_v3, &[("svc.yaml", &v2)], Some(failed_v3)),
+        none
+    );
+    // The rollback in the status is judged against the cluster's versions.
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &to("v1"))], Some(ready)),
+        none
+    );
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &to("v0"))], Some(ready)),
+        only("RollbackNotRetained")
+    );
+}
