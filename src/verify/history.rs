@@ -85,6 +85,8 @@ impl VersionHistory {
                 for entry in old.iter() {
                     if let Some(defs) = self.defined_in.get_mut(&entry.key) {
                         defs.remove(&path);
+                        // Another file may still define it, with another version.
+                        touched.insert(entry.key.clone());
                     }
                 }
             }
@@ -200,6 +202,17 @@ mod tests {
         let found = h.finish();
         assert_eq!(found[&key("a")], ["v2"]);
         assert!(found[&key("b")].is_empty());
+    }
+
+    #[test]
+    fn when_one_of_two_definitions_goes_the_other_one_counts() {
+        let mut h = VersionHistory::new([key("a")]);
+        h.start([
+            ("a.yaml".into(), file(&[("a", "v2")]).unwrap()),
+            ("b.yaml".into(), file(&[("a", "v1")]).unwrap()),
+        ]);
+        h.step([("a.yaml".into(), None)]);
+        assert_eq!(h.finish()[&key("a")], ["v2", "v1"]);
     }
 
     #[test]
