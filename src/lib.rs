@@ -5,7 +5,7 @@
 //! - [`api`]: the `OpenMedModel` types, the CRD and the one `validate`;
 //! - [`plan`]: from a valid spec, the exact objects to write (pure);
 //! - [`rollout`]: the rollout state machine as a pure function (pure);
-//! - shells: [`render`] (files), the operator (`run`, kube API) and `verify`
+//! - shells: [`render`] (files), the operator (`run`, kube API) and [`verify`]
 //!   (Git objects), which only read inputs and carry out decisions.
 
 pub mod api;
@@ -17,3 +17,4 @@ pub mod plan;
 pub mod render;
 pub mod rollout;
 pub mod source;
+pub mod verify;

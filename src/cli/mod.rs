@@ -1,5 +1,5 @@
-//! The command line: argument parsing, exit codes, and the `crd` and
-//! `render` shells. Each subcommand reads its inputs, calls the core, and
+//! The command line: argument parsing, exit codes, and the `crd`, `render`
+//! and `verify` shells. Each subcommand reads its inputs, calls the core, and
 //! writes the result in one piece, so a failure never leaves half an output.
 
 mod watch;
@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::findings::Finding;
 use crate::render;
 use crate::source;
+use crate::verify;
 
 /// Exit code: success.
 pub const EXIT_OK: u8 = 0;
@@ -25,7 +26,7 @@ const AFTER_HELP: &str = "\
 Exit codes (every subcommand):
   0  success
   1  the input is invalid or a rule is violated (explained on stderr)
-  2  usage error, unreadable file, malformed YAML
+  2  usage error, unreadable file, malformed YAML, not a Git repository
 
 Run `openmed-op <command> --help` for each command's options and examples.";
 
@@ -36,7 +37,8 @@ Run `openmed-op <command> --help` for each command's options and examples.";
 /// the model pointer into a ConfigMap, wires the Deployment to it, rolls the
 /// pods so they warm the model before /readyz passes, and rolls back to the
 /// last successful version when a rollout fails. `render` shows offline
-/// exactly what it would write.
+/// exactly what it would write; `verify` checks a change in Git before it
+/// merges.
 #[derive(Debug, Parser)]
 #[command(name = "openmed-op", version, after_help = AFTER_HELP)]
 pub struct Cli {
@@ -97,6 +99,51 @@ Examples:
 
 Exit codes: 0 stopped by a signal, 2 cannot start (no cluster access, port in use).")]
     Run(RunArgs),
+
+    /// Check a change to OpenMedModels in Git before it merges.
+    ///
+    /// Reads Git objects (no checkout: bare repositories, detached HEADs and
+    /// CI clones work) and judges every OpenMedModel in the *.yaml/*.yml
+    /// files at REV against BASE, BASE's first-parent history and, with
+    /// --status, the cluster:
+    ///
+    ///   1. valid, as `render` and the API server judge it (InvalidSpec);
+    ///   2. one OpenMedModel per Deployment and per ConfigMap (TargetConflict);
+    ///   3. openmed.ai/rollback-to names a version the operator retains
+    ///      (RollbackNotRetained): with --status, lastSuccessfulSpec and
+    ///      previousSuccessfulSpec; without, the last two distinct
+    ///      spec.version values on BASE's history (said so in the report);
+    ///   4. a change moves spec.version or adds a rollback, not both
+    ///      (OneIntentPerChange);
+    ///   5. no return to a version the cluster saw fail without an
+    ///      openmed.ai/retry-reason annotation (FailedVersionRetried);
+    ///   6. warnings (errors with --strict): a rollback annotation left
+    ///      behind (StaleRollbackAnnotation), a deleted OpenMedModel
+    ///      (ModelDeleted), a moving version such as :latest or @main
+    ///      (MutableVersion), a new targetRef (TargetChanged);
+    ///   7. with --status, after an automatic rollback, the one-line change
+    ///      that makes Git agree with the cluster (GitBehindRollback).
+    ///
+    /// BASE defaults to the merge base of REV with the default branch
+    /// (origin/HEAD, main or master), else REV's first parent. See
+    /// docs/verify.md for every rule and the JSON schema.
+    #[command(
+        verbatim_doc_comment,
+        about = "Check a change to OpenMedModels in Git before it merges",
+        after_help = "\
+Examples:
+  openmed-op verify                              # HEAD against its merge base with main
+  openmed-op verify --format github              # in CI: annotations on the pull request
+  openmed-op verify --repo models.git --rev pr-head --base main   # a bare repository
+  kubectl get omm -A -o yaml > status.yaml
+  openmed-op verify --status status.yaml         # judge against the cluster's retained versions
+  openmed-op verify --exclude 'charts/**' --strict
+  openmed-op verify --watch                      # re-check the files on disk on every save
+
+Exit codes: 0 no errors (warnings allowed), 1 errors, 2 not a Git repository,
+unknown revision, bad glob, unreadable or malformed --status input."
+    )]
+    Verify(VerifyArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -176,6 +223,65 @@ struct RenderArgs {
     watch: bool,
 }
 
+#[derive(Debug, Clone, clap::Args)]
+struct VerifyArgs {
+    /// The repository, or a directory inside it; bare repositories work.
+    #[arg(long, default_value = ".", value_name = "PATH")]
+    repo: PathBuf,
+
+    /// The revision to verify [default: HEAD].
+    #[arg(long, value_name = "REV", conflicts_with_all = ["worktree", "watch"])]
+    rev: Option<String>,
+
+    /// The revision to compare with [default: the merge base of REV with the
+    /// default branch, else REV's first parent].
+    #[arg(long, value_name = "REV")]
+    base: Option<String>,
+
+    /// The cluster's OpenMedModels with their status (a YAML or JSON file, or
+    /// a directory of them), e.g. the output of `kubectl get omm -A -o yaml`.
+    #[arg(long, value_name = "FILE|DIR")]
+    status: Option<PathBuf>,
+
+    /// Read only paths matching GLOB (repeatable; `*` stops at `/`, `**`
+    /// crosses it, a glob without `/` matches at any depth).
+    #[arg(long, value_name = "GLOB")]
+    include: Vec<String>,
+
+    /// Skip paths matching GLOB (repeatable), e.g. Helm templates.
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
+
+    /// Report warnings as errors.
+    #[arg(long)]
+    strict: bool,
+
+    /// Output: text for people, json for programs, github for workflow
+    /// annotations on a pull request.
+    #[arg(long, value_enum, default_value_t = VerifyFormat::Text)]
+    format: VerifyFormat,
+
+    /// Namespace of documents that do not set one, as kubectl assumes.
+    #[arg(short, long, default_value = "default", value_name = "NAMESPACE")]
+    namespace: String,
+
+    /// Check the files on disk instead of a revision (BASE: the merge base of
+    /// HEAD with the default branch, else HEAD).
+    #[arg(long)]
+    worktree: bool,
+
+    /// Check the files on disk again on every change (implies --worktree).
+    #[arg(long)]
+    watch: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum VerifyFormat {
+    Text,
+    Json,
+    Github,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Format {
     Yaml,
@@ -207,6 +313,8 @@ pub fn main() -> ExitCode {
         }
         Command::Render(args) => render_once(&args),
         Command::Run(args) => run_operator(args),
+        Command::Verify(args) if args.watch => verify_watch(&args),
+        Command::Verify(args) => verify_once(&args),
     })
 }
 
@@ -240,6 +348,74 @@ fn run_operator(args: RunArgs) -> u8 {
         Ok(()) => EXIT_OK,
         Err(e) => {
             tracing::error!(error = %e, "cannot run");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn verify_options(args: &VerifyArgs) -> verify::Options {
+    verify::Options {
+        repo: args.repo.clone(),
+        rev: args.rev.clone(),
+        base: args.base.clone(),
+        worktree: args.worktree || args.watch,
+        status: args.status.clone(),
+        include: args.include.clone(),
+        exclude: args.exclude.clone(),
+        strict: args.strict,
+        namespace: args.namespace.clone(),
+    }
+}
+
+fn verify_once(args: &VerifyArgs) -> u8 {
+    match verify::verify(&verify_options(args)) {
+        Ok(report) => {
+            print(&match args.format {
+                VerifyFormat::Text => verify::output::text(&report),
+                VerifyFormat::Json => verify::output::json(&report),
+                VerifyFormat::Github => verify::output::github(&report),
+            });
+            if report.has_errors() {
+                EXIT_FINDINGS
+            } else {
+                EXIT_OK
+            }
+        }
+        Err(e) => {
+            eprintln!("openmed-op: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+fn verify_watch(args: &VerifyArgs) -> u8 {
+    let root = match verify::git::open(&args.repo) {
+        Ok(repo) => match repo.workdir() {
+            Some(dir) => dir.to_path_buf(),
+            None => {
+                eprintln!(
+                    "openmed-op: --watch: {}: a bare repository has no files to watch",
+                    args.repo.display()
+                );
+                return EXIT_USAGE;
+            }
+        },
+        Err(e) => {
+            eprintln!(
+                "openmed-op: {}: not a Git repository: {}",
+                args.repo.display(),
+                e.message()
+            );
+            return EXIT_USAGE;
+        }
+    };
+    match watch::watch(&[root], || {
+        let code = verify_once(args);
+        eprintln!("openmed-op: verify exited {code}; watching for changes (Ctrl-C to stop)");
+    }) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("openmed-op: {e}");
             EXIT_USAGE
         }
     }

@@ -1,0 +1,369 @@
+//! `openmed-op verify`: judges a change to OpenMedModels in Git before it
+//! merges.
+//!
+//! A pull request that edits OpenMedModels can be valid YAML and still be
+//! wrong for the cluster: a rollback to a version the operator no longer
+//! retains, a version bump mixed with a rollback, a retry of a version that
+//! just failed. `verify` reads the revision under review (REV), the commit it
+//! is compared with (BASE), BASE's history and, optionally, the cluster's
+//! status, and reports findings in the shape every shell shares.
+//!
+//! The module is a shell: [`git`] reads objects, [`status`] reads `--status`,
+//! [`history`] keeps the state of the one history walk, and [`rules`] decides
+//! (pure, no I/O). [`output`] lays the report out as text, JSON or GitHub
+//! annotations.
+
+pub mod filter;
+pub mod git;
+pub mod history;
+pub mod output;
+pub mod rules;
+pub mod status;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use git2::{Oid, Repository};
+
+use crate::findings::{Finding, Severity};
+use crate::source::{self, Document, Location, ReadError};
+use filter::PathFilter;
+use git::{BaseChoice, WalkEnd};
+use history::VersionHistory;
+use rules::{ResourceKey, ResourceSummary, RetainedSource};
+
+/// What to verify.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The repository, or a directory inside it.
+    pub repo: PathBuf,
+    /// The revision under review; `None` means `HEAD`.
+    pub rev: Option<String>,
+    /// The revision to compare with; `None` means the default BASE.
+    pub base: Option<String>,
+    /// Judge the files on disk instead of a revision.
+    pub worktree: bool,
+    /// `--status`: a file or directory of the cluster's OpenMedModels.
+    pub status: Option<PathBuf>,
+    /// Globs of paths to read (all YAML files when empty).
+    pub include: Vec<String>,
+    /// Globs of paths to skip.
+    pub exclude: Vec<String>,
+    /// Report hygiene warnings as errors.
+    pub strict: bool,
+    /// Namespace of documents that set none.
+    pub namespace: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            repo: PathBuf::from("."),
+            rev: None,
+            base: None,
+            worktree: false,
+            status: None,
+            include: Vec::new(),
+            exclude: Vec::new(),
+            strict: false,
+            namespace: "default".to_owned(),
+        }
+    }
+}
+
+/// A problem with how `verify` was asked to run (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    /// `--repo` is not inside a Git repository.
+    #[error("{path}: not a Git repository: {message}")]
+    NotARepository {
+        /// The path given.
+        path: String,
+        /// What libgit2 said.
+        message: String,
+    },
+    /// `--rev` or `--base` names nothing.
+    #[error("unknown revision {spec:?} ({flag}): {message}")]
+    UnknownRevision {
+        /// `--rev` or `--base`.
+        flag: &'static str,
+        /// The revision as given.
+        spec: String,
+        /// What libgit2 said.
+        message: String,
+    },
+    /// A glob of `--include` or `--exclude` is malformed.
+    #[error("bad glob: {0}")]
+    Glob(#[from] globset::Error),
+    /// `--status` cannot be used.
+    #[error(transparent)]
+    Status(#[from] status::StatusError),
+    /// The working directory cannot be read (or there is none).
+    #[error("--worktree: {0}")]
+    Worktree(std::io::Error),
+    /// Reading the repository failed (a corrupt or incomplete object store).
+    #[error("reading the repository: {0}")]
+    Git(#[from] git2::Error),
+}
+
+/// The result of one verification.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The commit id of BASE, when there is one.
+    pub base: Option<String>,
+    /// The commit id of REV, or `worktree`.
+    pub rev: String,
+    /// Every finding: sorted by file, errors before warnings, then by line.
+    pub findings: Vec<Finding>,
+    /// Every OpenMedModel at REV.
+    pub resources: Vec<ResourceSummary>,
+    /// Commits of BASE's first-parent history looked at.
+    pub history_commits: usize,
+    /// Things the reader should know to trust the result (no BASE, shallow
+    /// history, history-derived rollback targets).
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Number of findings of `severity`.
+    pub fn count(&self, severity: Severity) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == severity)
+            .count()
+    }
+
+    /// True when a finding is an error (exit code 1).
+    pub fn has_errors(&self) -> bool {
+        self.count(Severity::Error) > 0
+    }
+}
+
+/// The documents of one file, with the blob they came from.
+struct Parsed {
+    oid: Option<Oid>,
+    docs: Vec<Document>,
+}
+
+/// Runs every rule on the revision (or files) and BASE that `options` name.
+pub fn verify(options: &Options) -> Result<Report, UsageError> {
+    let filter = PathFilter::new(&options.include, &options.exclude)?;
+    let keep = |path: &str| filter.keeps(path);
+    let repo = git::open(&options.repo).map_err(|e| UsageError::NotARepository {
+        path: options.repo.display().to_string(),
+        message: e.message().to_owned(),
+    })?;
+    let cluster = options
+        .status
+        .as_deref()
+        .map(|path| status::read(path, &options.namespace))
+        .transpose()?;
+    let ns = options.namespace.as_str();
+    let mut findings = Vec::new();
+    let mut notes = Vec::new();
+
+    // REV: the files of a commit, or the files on disk.
+    let (rev_label, rev_files, base_choice) = if options.worktree {
+        let mut files = Vec::new();
+        for (path, absolute) in git::worktree_files(&repo, &keep).map_err(UsageError::Worktree)? {
+            let bytes = std::fs::read(&absolute).map_err(UsageError::Worktree)?;
+            files.push((path, None, bytes));
+        }
+        let base = match &options.base {
+            Some(spec) => BaseChoice::Given(resolve(&repo, "--base", spec)?),
+            None => git::worktree_base(&repo),
+        };
+        ("worktree".to_owned(), files, base)
+    } else {
+        let spec = options.rev.as_deref().unwrap_or("HEAD");
+        let rev = git::commit(&repo, spec).map_err(|e| unknown("--rev", spec, &e))?;
+        let mut files = Vec::new();
+        for (path, oid) in git::files(&rev.tree()?, &keep)? {
+            files.push((path, Some(oid), git::blob(&repo, oid)?));
+        }
+        let base = match &options.base {
+            Some(spec) => BaseChoice::Given(resolve(&repo, "--base", spec)?),
+            None => git::default_base(&repo, &rev),
+        };
+        (rev.id().to_string(), files, base)
+    };
+    let mut parsed: HashMap<String, Parsed> = HashMap::new();
+    let mut rev_docs = Vec::new();
+    for (path, oid, bytes) in rev_files {
+        let docs = parse_file(&path, &bytes, Some(&mut findings));
+        rev_docs.extend(docs.iter().cloned());
+        parsed.insert(path, Parsed { oid, docs });
+    }
+
+    // BASE: only its OpenMedModels matter.
+    if let BaseChoice::None { shallow } = base_choice {
+        notes.push(if shallow {
+            "no BASE: REV's parent is not in this shallow clone, so every OpenMedModel is judged as new and no version is retained; fetch more history (actions/checkout: fetch-depth: 0) or pass --base".to_owned()
+        } else {
+            "no BASE: REV is a root commit, so every OpenMedModel is judged as new".to_owned()
+        });
+    }
+    let base_commit = base_choice.oid().map(|o| repo.find_commit(o)).transpose()?;
+    let mut base_files: Vec<(String, Vec<Document>)> = Vec::new();
+    if let Some(base) = &base_commit {
+        for (path, oid) in git::files(&base.tree()?, &keep)? {
+            let docs = match parsed.get(&path) {
+                Some(p) if p.oid == Some(oid) => p.docs.clone(),
+                _ => parse_file(&path, &git::blob(&repo, oid)?, None),
+            };
+            let models: Vec<Document> = docs
+                .into_iter()
+                .filter(|d| ResourceKey::of(d, ns).is_some())
+                .collect();
+            if !models.is_empty() {
+                base_files.push((path, models));
+            }
+        }
+    }
+    let base_docs: Vec<Document> = base_files
+        .iter()
+        .flat_map(|(_, docs)| docs.iter().cloned())
+        .collect();
+
+    // History: walked once, for every resource at REV without cluster status.
+    let wanted: Vec<ResourceKey> = rev_docs
+        .iter()
+        .filter_map(|d| ResourceKey::of(d, ns))
+        .filter(|k| cluster.as_ref().is_none_or(|c| !c.contains_key(k)))
+        .collect();
+    let mut history = VersionHistory::new(wanted.iter().cloned());
+    if let Some(base) = &base_commit
+        && !wanted.is_empty()
+    {
+        history.start(
+            base_files
+                .iter()
+                .map(|(path, docs)| (path.clone(), Arc::new(history::entries(docs, ns)))),
+        );
+        let end = git::walk_first_parent(&repo, base, &keep, &mut history, |path, bytes| {
+            history::entries(&parse_file(path, bytes, None), ns)
+        })?;
+        if end == WalkEnd::Shallow {
+            notes.push(format!(
+                "history is shallow: only {} commits of BASE's first-parent history are in this clone, so history-derived retained versions may be incomplete; fetch more history (actions/checkout: fetch-depth: 0)",
+                history.commits()
+            ));
+        }
+    }
+    let history_commits = history.commits();
+    let versions = history.finish();
+
+    let outcome = rules::check(&rules::Input {
+        rev: &rev_docs,
+        base: base_commit.as_ref().map(|_| base_docs.as_slice()),
+        history: &versions,
+        status: cluster.as_ref(),
+        default_namespace: ns,
+        strict: options.strict,
+    });
+    findings.extend(outcome.findings);
+    let derived = outcome
+        .resources
+        .iter()
+        .filter(|r| {
+            r.rollback_to.is_some() && r.retained_versions_source == RetainedSource::History
+        })
+        .count();
+    if derived > 0 {
+        notes.push(format!(
+            "rollback targets of {derived} resource{} were checked against history-derived versions (the last two distinct spec.version values on BASE's first-parent history), not the cluster's; pass --status to use what the operator actually retains",
+            if derived == 1 { "" } else { "s" }
+        ));
+    }
+    sort(&mut findings);
+    Ok(Report {
+        base: base_commit.map(|c| c.id().to_string()),
+        rev: rev_label,
+        findings,
+        resources: outcome.resources,
+        history_commits,
+        notes,
+    })
+}
+
+fn resolve(repo: &Repository, flag: &'static str, spec: &str) -> Result<Oid, UsageError> {
+    git::commit(repo, spec)
+        .map(|c| c.id())
+        .map_err(|e| unknown(flag, spec, &e))
+}
+
+fn unknown(flag: &'static str, spec: &str, e: &git2::Error) -> UsageError {
+    UsageError::UnknownRevision {
+        flag,
+        spec: spec.to_owned(),
+        message: e.message().to_owned(),
+    }
+}
+
+/// The documents of a file. A file that is not YAML is skipped, unless it
+/// mentions OpenMedModel: then it is a broken manifest, reported to
+/// `findings` when given (REV), and skipped otherwise (BASE, history).
+fn parse_file(path: &str, bytes: &[u8], findings: Option<&mut Vec<Finding>>) -> Vec<Document> {
+    let mentions_model = contains(bytes, crate::api::KIND.as_bytes());
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(_) => {
+            if let (true, Some(findings)) = (mentions_model, findings) {
+                findings.push(Finding::error(
+                    &Location {
+                        origin: Arc::from(path),
+                        document: 0,
+                        line: None,
+                    },
+                    rules::rule::INVALID_YAML,
+                    "the file is not UTF-8 text",
+                ));
+            }
+            return Vec::new();
+        }
+    };
+    match source::parse_stream(path, text) {
+        Ok(docs) => docs,
+        Err(error) => {
+            if let (true, Some(findings)) = (mentions_model, findings) {
+                let (document, line, message) = match &error {
+                    ReadError::Yaml {
+                        document,
+                        line,
+                        message,
+                        ..
+                    } => (*document, Some(*line), message.clone()),
+                    ReadError::Io { .. } => (0, None, error.to_string()),
+                };
+                findings.push(Finding::error(
+                    &Location {
+                        origin: Arc::from(path),
+                        document,
+                        line,
+                    },
+                    rules::rule::INVALID_YAML,
+                    format!("not valid YAML, so its OpenMedModels cannot be checked: {message}"),
+                ));
+            }
+            Vec::new()
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// File, then errors before warnings, then line and document.
+fn sort(findings: &mut [Finding]) {
+    fn key(f: &Finding) -> (&str, Severity, Option<usize>, usize) {
+        (
+            f.location.file.as_str(),
+            f.severity,
+            f.location.line,
+            f.location.document,
+        )
+    }
+    findings.sort_by(|a, b| key(a).cmp(&key(b)));
+}

@@ -1,0 +1,173 @@
+//! Reading `--status`: the cluster's OpenMedModels, with their status.
+//!
+//! The input is what `kubectl get omm -A -o yaml` (or `-o json`) prints: a
+//! `v1` `List` of OpenMedModels, or the objects themselves, in one file or
+//! in a directory of files. Only each object's identity and `status` are
+//! read; a status that does not have the operator's shape is refused, since
+//! the rules would otherwise judge against a cluster that does not exist.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::rules::{ClusterStatus, ResourceKey};
+use crate::api::OpenMedModelStatus;
+use crate::source::{self, Document};
+
+/// A status input that cannot be used (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// A file or directory could not be read, or is not YAML/JSON.
+    #[error("--status: {0}")]
+    Read(#[from] source::ReadError),
+    /// An OpenMedModel's `status` does not have the operator's shape.
+    #[error(
+        "--status: {origin}:{line}: document {document}: {what}: status cannot be read: {message}"
+    )]
+    Shape {
+        /// The file.
+        origin: String,
+        /// 1-based document index.
+        document: usize,
+        /// 1-based line of the object.
+        line: usize,
+        /// `<namespace>/<name>` of the object.
+        what: String,
+        /// What serde said.
+        message: String,
+    },
+}
+
+/// Reads a file, or every `*.yaml`, `*.yml` and `*.json` file below a directory.
+pub fn read(path: &Path, default_namespace: &str) -> Result<ClusterStatus, StatusError> {
+    let mut status = ClusterStatus::new();
+    for file in files(path)? {
+        let text = std::fs::read_to_string(&file).map_err(|source| source::ReadError::Io {
+            path: file.display().to_string(),
+            source,
+        })?;
+        let docs = source::parse_stream(&file.display().to_string(), &text)?;
+        collect(&docs, default_namespace, &mut status)?;
+    }
+    Ok(status)
+}
+
+fn files(path: &Path) -> Result<Vec<PathBuf>, source::ReadError> {
+    let io = |source| source::ReadError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    if !std::fs::metadata(path).map_err(io)?.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    let mut pending = vec![path.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let child = entry.path();
+            if entry.file_type().map_err(io)?.is_dir() {
+                pending.push(child);
+            } else if source::is_yaml_name(&child) || child.extension().is_some_and(|e| e == "json")
+            {
+                files.push(child);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Adds the OpenMedModels of `docs` (objects or `List`s of them) to `status`.
+pub fn collect(
+    docs: &[Document],
+    default_namespace: &str,
+    status: &mut ClusterStatus,
+) -> Result<(), StatusError> {
+    for doc in docs {
+        let items: Vec<&Value> = if doc.kind() == Some("List") {
+            doc.value
+                .get("items")
+                .and_then(Value::as_array)
+                .map(|items| items.iter().collect())
+                .unwrap_or_default()
+        } else {
+            vec![&doc.value]
+        };
+        for item in items {
+            if item.get("kind").and_then(Value::as_str) != Some(crate::api::KIND) {
+                continue;
+            }
+            let meta = item.get("metadata");
+            let field = |name: &str| meta.and_then(|m| m.get(name)).and_then(Value::as_str);
+            let Some(name) = field("name") else { continue };
+            let key = ResourceKey {
+                namespace: field("namespace").unwrap_or(default_namespace).to_owned(),
+                name: name.to_owned(),
+            };
+            let parsed = match item.get("status") {
+                None | Some(Value::Null) => OpenMedModelStatus::default(),
+                Some(value) => {
+                    serde_json::from_value(value.clone()).map_err(|e| StatusError::Shape {
+                        origin: doc.origin.to_string(),
+                        document: doc.index + 1,
+                        line: doc.line_of("status"),
+                        what: key.to_string(),
+                        message: e.to_string(),
+                    })?
+                }
+            };
+            status.insert(key, parsed);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_list_and_plain_objects() {
+        let text = "\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: openmed.ai/v1alpha1
+  kind: OpenMedModel
+  metadata: {name: a, namespace: team}
+  status:
+    phase: RolledBack
+    desiredVersion: v3
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: other}
+---
+apiVersion: openmed.ai/v1alpha1
+kind: OpenMedModel
+metadata: {name: b}
+";
+        let docs = source::parse_stream("s.yaml", text).unwrap();
+        let mut status = ClusterStatus::new();
+        collect(&docs, "default", &mut status).unwrap();
+        assert_eq!(status.len(), 2);
+        let a = &status[&ResourceKey {
+            namespace: "team".into(),
+            name: "a".into(),
+        }];
+        assert_eq!(a.desired_version.as_deref(), Some("v3"));
+        assert!(status.contains_key(&ResourceKey {
+            namespace: "default".into(),
+            name: "b".into(),
+        }));
+    }
+
+    #[test]
+    fn a_status_of_another_shape_is_refused_with_its_place() {
+        let text = "kind: OpenMedModel\nmetadata: {name: a}\nstatus:\n  phase: Exploded\n";
+        let docs = source::parse_stream("s.yaml", text).unwrap();
+        let err = collect(&docs, "default", &mut ClusterStatus::new()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("s.yaml:3: document 1: default/a"), "{text}");
+    }
+}

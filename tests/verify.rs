@@ -1,0 +1,972 @@
+//! `openmed-op verify` as CI and people run it: the binary, real Git
+//! repositories built with git2 (merges, renames, moves, bare, shallow),
+//! `--status` files and directories, the three output formats, exit codes,
+//! `--worktree` and `--watch`.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use support::TestRepo;
+
+fn openmed_op(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Runs `verify --repo <repo> <args>`.
+fn verify(repo: &TestRepo, args: &[&str]) -> Output {
+    let mut all = vec!["verify", "--repo", repo.path_str()];
+    all.extend_from_slice(args);
+    openmed_op(&all)
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
+}
+
+/// An OpenMedModel named `name` in namespace `team` asking for `version`.
+fn model(name: &str, version: &str) -> String {
+    model_with(name, version, "")
+}
+
+/// The same, with extra lines under `metadata` (annotations).
+fn model_with(name: &str, version: &str, metadata: &str) -> String {
+    format!(
+        "apiVersion: openmed.ai/v1alpha1\nkind: OpenMedModel\nmetadata:\n  name: {name}\n  namespace: team\n{metadata}spec:\n  family: pii\n  tier: Small\n  version: {version}\n"
+    )
+}
+
+fn rollback_to(version: &str) -> String {
+    format!("  annotations:\n    openmed.ai/rollback-to: {version}\n")
+}
+
+/// main: svc at v1, then v2; returns the repository.
+fn two_versions() -> TestRepo {
+    let repo = TestRepo::new();
+    repo.commit("main", &[("models/svc.yaml", &model("svc", "v1"))]);
+    repo.commit("main", &[("models/svc.yaml", &model("svc", "v2"))]);
+    repo
+}
+
+/// Checks out `branch` off main's tip and commits `files` on it.
+fn pull_request(repo: &TestRepo, files: &[(&str, &str)]) {
+    let main = repo.tip("main").unwrap();
+    repo.commit_on("pr", &[main], files);
+}
+
+#[test]
+fn a_clean_version_bump_exits_0_and_names_base_and_rev() {
+    let repo = two_versions();
+    let base = repo.tip("main").unwrap();
+    pull_request(
+        &repo,
+        &[("models/svc.yaml", &model("svc", "OpenMed/pii-v3"))],
+    );
+    let rev = repo.tip("pr").unwrap();
+    let out = verify(&repo, &["--rev", "pr"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text,
+        format!(
+            "openmed-op verify: no problems; 1 OpenMedModel at REV {} checked against BASE {}\n",
+            &rev.to_string()[..12],
+            &base.to_string()[..12]
+        )
+    );
+}
+
+#[test]
+fn a_rollback_is_checked_against_first_parent_history_not_merged_branches() {
+    let repo = TestRepo::new();
+    let c1 = repo.commit("main", &[("svc.yaml", &model("svc", "v1"))]);
+    let c2 = repo.commit("main", &[("svc.yaml", &model("svc", "v2"))]);
+    // A side branch tried an experiment after c2 (later timestamps), then
+    // landed v3 through a merge.
+    repo.commit_on("side", &[c1], &[("svc.yaml", &model("svc", "experiment"))]);
+    let side = repo.commit("side", &[("svc.yaml", &model("svc", "v3"))]);
+    repo.commit_on("main", &[c2, side], &[("svc.yaml", &model("svc", "v3"))]);
+
+    // First-parent history of main: v3 (merge), v2, v1. Retained: v3, v2.
+    pull_request(
+        &repo,
+        &[("svc.yaml", &model_with("svc", "v3", &rollback_to("v2")))],
+    );
+    let out = verify(&repo, &["--rev", "pr", "--format", "json"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let report = json(&out);
+    assert_eq!(
+        report["resources"][0]["retainedVersions"],
+        serde_json::json!(["v3", "v2"])
+    );
+    assert_eq!(report["resources"][0]["retainedVersionsSource"], "history");
+
+    pull_request(
+        &repo,
+        &[(
+            "svc.yaml",
+            &model_with("svc", "v3", &rollback_to("experiment")),
+        )],
+    );
+    let out = verify(&repo, &["--rev", "pr"]);
+    assert_eq!(code(&out), 1);
+    let text = stdout(&out);
+    assert!(
+        text.contains("svc.yaml:7: document 1: error[RollbackNotRetained]: team/svc"),
+        "{text}"
+    );
+    assert!(text.contains("it accepts only \"v3\" or \"v2\""), "{text}");
+    assert!(text.contains("history-derived"), "{text}");
+    assert!(text.contains("fix: openmed.ai/rollback-to: v2"), "{text}");
+    assert!(
+        text.contains(
+            "note: rollback targets of 1 resource were checked against history-derived versions"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn renames_and_moves_between_multi_document_files_keep_a_resource_and_its_history() {
+    let repo = TestRepo::new();
+    let other = model("other", "o1");
+    repo.commit(
+        "main",
+        &[("a.yaml", &model("svc", "v1")), ("b.yaml", &other)],
+    );
+    repo.commit(
+        "main",
+        &[("a.yaml", &model("svc", "v2")), ("b.yaml", &other)],
+    );
+    // Renamed.
+    repo.commit(
+        "main",
+        &[("models/svc.yml", &model("svc", "v2")), ("b.yaml", &other)],
+    );
+    // Moved into a multi-document file beside another resource.
+    let both = format!("{other}---\n{}", model("svc", "v2"));
+    repo.commit("main", &[("models/all.yaml", &both)]);
+
+    let both = format!(
+        "{other}---\n{}",
+        model_with("svc", "v2", &rollback_to("v1"))
+    );
+    pull_request(&repo, &[("models/all.yaml", &both)]);
+    let out = verify(&repo, &["--rev", "pr", "--format", "json"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let report = json(&out);
+    assert_eq!(
+        report["summary"]["warnings"], 0,
+        "no ModelDeleted for a move"
+    );
+    let svc = &report["resources"][1];
+    assert_eq!(svc["resource"], "team/svc");
+    assert_eq!(svc["file"], "models/all.yaml");
+    assert_eq!(svc["document"], 2);
+    assert_eq!(svc["retainedVersions"], serde_json::json!(["v2", "v1"]));
+
+    // The second document's problem names document 2 and its own line.
+    let broken = format!(
+        "{other}---\n{}",
+        model("svc", "v2").replace("Small", "Huge")
+    );
+    pull_request(&repo, &[("models/all.yaml", &broken)]);
+    let out = verify(&repo, &["--rev", "pr"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stdout(&out).contains(
+            "models/all.yaml:18: document 2: error[InvalidSpec]: team/svc: spec.tier: \"Huge\" is not one of"
+        ),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_bare_repository_is_read_without_a_checkout() {
+    let repo = TestRepo::bare();
+    repo.commit("main", &[("svc.yaml", &model("svc", "v1"))]);
+    repo.commit("main", &[("svc.yaml", &model("svc", "v2"))]);
+    pull_request(
+        &repo,
+        &[("svc.yaml", &model_with("svc", "v3", &rollback_to("v1")))],
+    );
+    let out = verify(&repo, &["--rev", "pr", "--format", "json"]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["base"], repo.tip("main").unwrap().to_string());
+    assert_eq!(report["rev"], repo.tip("pr").unwrap().to_string());
+    let rules: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, ["OneIntentPerChange"], "{report:#}");
+}
+
+#[test]
+fn a_detached_commit_id_and_an_explicit_base_work() {
+    let repo = two_versions();
+    let v1 = repo
+        .repo
+        .revparse_single("main~1")
+        .unwrap()
+        .id()
+        .to_string();
+    pull_request(&repo, &[("models/svc.yaml", &model("svc", "v3"))]);
+    let rev = repo.tip("pr").unwrap().to_string();
+    let out = verify(&repo, &["--rev", &rev, "--base", &v1, "--format", "json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["base"], v1);
+}
+
+#[test]
+fn on_the_default_branch_the_base_is_the_first_parent() {
+    let repo = two_versions();
+    let first = repo
+        .repo
+        .revparse_single("main~1")
+        .unwrap()
+        .id()
+        .to_string();
+    let out = verify(&repo, &["--rev", "main", "--format", "json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(json(&out)["base"], first);
+}
+
+const STATUS_LIST: &str = "\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: openmed.ai/v1alpha1
+  kind: OpenMedModel
+  metadata:
+    name: svc
+    namespace: team
+  spec: {family: pii, tier: Small, version: v3}
+  status:
+    phase: RolledBack
+    desiredVersion: v3
+    activeVersion: v2
+    lastSuccessfulSpec: {family: pii, tier: Small, version: v2}
+    previousSuccessfulSpec: {family: pii, tier: Small, version: v1}
+    rollbackSpec: {family: pii, tier: Small, version: v2}
+";
+
+#[test]
+fn status_from_a_file_gives_the_retained_versions_and_the_fix_after_a_rollback() {
+    let repo = two_versions();
+    repo.commit("main", &[("models/svc.yaml", &model("svc", "v3"))]);
+    // The cluster then rolled v3 back; main's next change is elsewhere.
+    repo.commit(
+        "main",
+        &[
+            ("models/svc.yaml", &model("svc", "v3")),
+            ("notes.yaml", "a: 1\n"),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let status = dir.path().join("status.yaml");
+    std::fs::write(&status, STATUS_LIST).unwrap();
+
+    // Git still asks for v3, which the cluster rolled back from.
+    let out = verify(
+        &repo,
+        &["--rev", "main", "--status", status.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "a warning: {}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with(
+            "models/svc.yaml:9: document 1: warning[GitBehindRollback]: team/svc: spec.version:"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("\n  fix: version: v2\n"), "{text}");
+
+    // Trying v3 again in a new change is an error without a reason...
+    pull_request(&repo, &[("models/svc.yaml", &model("svc", "v2"))]);
+    let main = repo.tip("pr").unwrap();
+    repo.commit_on(
+        "retry",
+        &[main],
+        &[("models/svc.yaml", &model("svc", "v3"))],
+    );
+    let args = [
+        "--rev",
+        "retry",
+        "--base",
+        "pr",
+        "--status",
+        status.to_str().unwrap(),
+    ];
+    let out = verify(&repo, &args);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stdout(&out).contains("error[FailedVersionRetried]"),
+        "{}",
+        stdout(&out)
+    );
+    // ...and accepted with one.
+    let reason = "  annotations:\n    openmed.ai/retry-reason: the tokenizer bug is fixed\n";
+    repo.commit_on(
+        "retry",
+        &[main],
+        &[("models/svc.yaml", &model_with("svc", "v3", reason))],
+    );
+    let out = verify(&repo, &args);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+
+    // A rollback is judged against the cluster's retained versions.
+    repo.commit_on(
+        "rollback",
+        &[main],
+        &[(
+            "models/svc.yaml",
+            &model_with("svc", "v2", &rollback_to("v1")),
+        )],
+    );
+    let out = verify(
+        &repo,
+        &[
+            "--rev",
+            "rollback",
+            "--base",
+            "pr",
+            "--status",
+            status.to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let report = json(&out);
+    assert_eq!(report["resources"][0]["retainedVersionsSource"], "status");
+    assert_eq!(
+        report["resources"][0]["retainedVersions"],
+        serde_json::json!(["v2", "v1"])
+    );
+    assert_eq!(report["notes"], serde_json::json!([]));
+}
+
+#[test]
+fn status_from_a_directory_of_yaml_and_json_files() {
+    let repo = two_versions();
+    pull_request(
+        &repo,
+        &[
+            (
+                "models/svc.yaml",
+                &model_with("svc", "v2", &rollback_to("v0")),
+            ),
+            (
+                "models/api.yaml",
+                &model_with("api", "a2", &rollback_to("a1")),
+            ),
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("svc.yaml"),
+        STATUS_LIST.replace("version: v1}", "version: v0}"),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("more")).unwrap();
+    let api = serde_json::json!({
+        "apiVersion": "openmed.ai/v1alpha1", "kind": "OpenMedModel",
+        "metadata": {"name": "api", "namespace": "team"},
+        "status": {"phase": "Ready",
+                   "lastSuccessfulSpec": {"family": "pii", "tier": "Small", "version": "a2"},
+                   "previousSuccessfulSpec": {"family": "pii", "tier": "Small", "version": "a1"}}
+    });
+    std::fs::write(dir.path().join("more/api.json"), api.to_string()).unwrap();
+    std::fs::write(dir.path().join("more/notes.txt"), "not read").unwrap();
+    let out = verify(
+        &repo,
+        &[
+            "--rev",
+            "pr",
+            "--status",
+            dir.path().to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let report = json(&out);
+    for r in report["resources"].as_array().unwrap() {
+        assert_eq!(r["retainedVersionsSource"], "status", "{r}");
+    }
+}
+
+#[test]
+fn an_unreadable_or_malformed_status_exits_2() {
+    let repo = two_versions();
+    let out = verify(&repo, &["--status", "no/such/status.yaml"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--status: no/such/status.yaml: cannot read"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty());
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("status.yaml");
+    std::fs::write(&bad, "kind: List\nitems: [unclosed\n").unwrap();
+    let out = verify(&repo, &["--status", bad.to_str().unwrap()]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("not valid YAML"), "{}", stderr(&out));
+
+    std::fs::write(
+        &bad,
+        STATUS_LIST.replace("phase: RolledBack", "phase: Melted"),
+    )
+    .unwrap();
+    let out = verify(&repo, &["--status", bad.to_str().unwrap()]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("team/svc: status cannot be read"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn usage_problems_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = openmed_op(&["verify", "--repo", dir.path().to_str().unwrap()]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("not a Git repository"),
+        "{}",
+        stderr(&out)
+    );
+
+    let repo = two_versions();
+    let out = verify(&repo, &["--rev", "no-such-branch"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("unknown revision \"no-such-branch\" (--rev)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = verify(&repo, &["--base", "v9.9"]);
+    assert_eq!(code(&out), 2);
+    let out = verify(&repo, &["--include", "a[b"]);
+    assert_eq!(code(&out), 2);
+    let out = verify(&repo, &["--format", "xml"]);
+    assert_eq!(code(&out), 2);
+    let out = verify(&repo, &["--rev", "main", "--worktree"]);
+    assert_eq!(code(&out), 2, "--rev and --worktree exclude each other");
+    let bare = TestRepo::bare();
+    bare.commit("main", &[("a.yaml", &model("svc", "v1"))]);
+    let out = verify(&bare, &["--worktree"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("bare"), "{}", stderr(&out));
+}
+
+#[test]
+fn warnings_exit_0_and_strict_makes_them_errors() {
+    let repo = TestRepo::new();
+    repo.commit(
+        "main",
+        &[
+            ("svc.yaml", &model("svc", "v1")),
+            ("old.yaml", &model("old", "v1")),
+        ],
+    );
+    pull_request(&repo, &[("svc.yaml", &model("svc", "OpenMed/pii:latest"))]);
+    let out = verify(&repo, &["--rev", "pr"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let text = stdout(&out);
+    // Grouped by file (sorted), a blank line between files.
+    let old = text
+        .find("old.yaml:4: document 1: warning[ModelDeleted]: team/old")
+        .unwrap();
+    let svc = text
+        .find("svc.yaml:9: document 1: warning[MutableVersion]: team/svc")
+        .unwrap();
+    assert!(old < svc, "{text}");
+    assert!(
+        text.contains("ModelDeleted]: team/old: this OpenMedModel is deleted"),
+        "{text}"
+    );
+    assert!(text.contains("\n\nsvc.yaml:9:"), "{text}");
+    assert!(text.contains("0 errors, 2 warnings in 2 files"), "{text}");
+
+    let out = verify(&repo, &["--rev", "pr", "--strict"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stdout(&out).contains("2 errors, 0 warnings"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn errors_come_before_warnings_within_a_file() {
+    let repo = two_versions();
+    let text = format!(
+        "{}---\n{}",
+        model("a", "OpenMed/pii:latest"),
+        model("b", "v1").replace("tier: Small", "tier: Huge")
+    );
+    pull_request(
+        &repo,
+        &[
+            ("models/svc.yaml", &model("svc", "v2")),
+            ("models/z.yaml", &text),
+        ],
+    );
+    let out = verify(&repo, &["--rev", "pr"]);
+    assert_eq!(code(&out), 1);
+    let text = stdout(&out);
+    let error = text.find("error[InvalidSpec]").unwrap();
+    let warning = text.find("warning[MutableVersion]").unwrap();
+    assert!(error < warning, "{text}");
+}
+
+#[test]
+fn json_output_follows_the_documented_schema() {
+    let repo = two_versions();
+    pull_request(
+        &repo,
+        &[(
+            "models/svc.yaml",
+            &model_with("svc", "v2", &rollback_to("v0")),
+        )],
+    );
+    let out = verify(&repo, &["--rev", "pr", "--format", "json"]);
+    assert_eq!(code(&out), 1);
+    let report = json(&out);
+    let keys: Vec<&str> = report
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "schemaVersion",
+            "base",
+            "rev",
+            "summary",
+            "resources",
+            "findings",
+            "notes"
+        ]
+    );
+    assert_eq!(report["schemaVersion"], 1);
+    assert_eq!(report["summary"]["errors"], 1);
+    assert_eq!(report["summary"]["warnings"], 0);
+    assert_eq!(report["summary"]["resources"], 1);
+    let finding = &report["findings"][0];
+    assert_eq!(
+        finding,
+        &serde_json::json!({
+            "file": "models/svc.yaml",
+            "document": 1,
+            "line": 7,
+            "resource": "team/svc",
+            "rule": "RollbackNotRetained",
+            "severity": "error",
+            "field": "metadata.annotations[\"openmed.ai/rollback-to\"]",
+            "message": finding["message"],
+            "suggestedFix": "openmed.ai/rollback-to: v1",
+        })
+    );
+    let resource = &report["resources"][0];
+    assert_eq!(resource["rollbackTo"], "v0");
+    assert_eq!(resource["version"], "v2");
+    assert_eq!(resource["line"], 4);
+}
+
+#[test]
+fn github_output_is_workflow_commands_on_the_changed_lines() {
+    let repo = TestRepo::new();
+    repo.commit(
+        "main",
+        &[("models/svc.yaml", &model("svc", "OpenMed/pii:v1"))],
+    );
+    repo.commit(
+        "main",
+        &[("models/svc.yaml", &model("svc", "OpenMed/pii:latest"))],
+    );
+    pull_request(
+        &repo,
+        &[(
+            "models/svc.yaml",
+            &model_with("svc", "OpenMed/pii:latest", &rollback_to("v0%")),
+        )],
+    );
+    let out = verify(&repo, &["--rev", "pr", "--format", "github"]);
+    assert_eq!(code(&out), 1);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[0].starts_with("::error file=models/svc.yaml,line=7,title=RollbackNotRetained::team/svc: metadata.annotations[\"openmed.ai/rollback-to\"]: \"v0%25\" is not a retained version"),
+        "{text}"
+    );
+    assert!(
+        lines[0].ends_with("%0Afix: openmed.ai/rollback-to: OpenMed/pii:v1"),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("::warning file=models/svc.yaml,line=11,title=MutableVersion::team/svc: spec.version: \"OpenMed/pii:latest\" names \"latest\""),
+        "{text}"
+    );
+    assert!(
+        lines[2].starts_with("::notice title=openmed-op verify::rollback targets"),
+        "{text}"
+    );
+    assert!(
+        lines[3].starts_with("openmed-op verify: 1 error, 1 warning"),
+        "{text}"
+    );
+}
+
+#[test]
+fn include_and_exclude_choose_the_files() {
+    let repo = TestRepo::new();
+    let broken = model("chart", "v1").replace("tier: Small", "tier: {{ .Values.tier }}");
+    repo.commit(
+        "main",
+        &[
+            ("models/svc.yaml", &model("svc", "v1")),
+            ("charts/x/templates/model.yaml", &broken),
+        ],
+    );
+    let out = verify(&repo, &["--rev", "main"]);
+    assert_eq!(
+        code(&out),
+        1,
+        "a broken file that mentions OpenMedModel is an error"
+    );
+    assert!(
+        stdout(&out).contains("error[InvalidYaml]"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = verify(&repo, &["--rev", "main", "--exclude", "charts"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    let out = verify(
+        &repo,
+        &[
+            "--rev",
+            "main",
+            "--include",
+            "models/**",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert_eq!(json(&out)["summary"]["resources"], 1);
+
+    // YAML that is not a manifest and never mentions OpenMedModel is ignored.
+    repo.commit(
+        "main",
+        &[
+            ("models/svc.yaml", &model("svc", "v1")),
+            ("ansible/site.yml", "- hosts: all\n  tasks: []\n"),
+        ],
+    );
+    let out = verify(&repo, &["--rev", "main"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+}
+
+#[test]
+fn a_shallow_clone_says_history_is_incomplete() {
+    let repo = TestRepo::new();
+    repo.commit("main", &[("svc.yaml", &model("svc", "v1"))]);
+    let edge = repo.commit("main", &[("svc.yaml", &model("svc", "v2"))]);
+    repo.commit(
+        "main",
+        &[("svc.yaml", &model("svc", "v2")), ("x.yaml", "a: 1\n")],
+    );
+    // What a depth-2 clone records: history before `edge` is not here.
+    std::fs::write(repo.repo.path().join("shallow"), format!("{edge}\n")).unwrap();
+    pull_request(
+        &repo,
+        &[("svc.yaml", &model_with("svc", "v2", &rollback_to("v1")))],
+    );
+    let out = verify(&repo, &["--rev", "pr"]);
+    assert_eq!(
+        code(&out),
+        1,
+        "v1 is beyond the shallow edge: {}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("note: history is shallow"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn worktree_checks_the_files_on_disk() {
+    let repo = two_versions();
+    repo.checkout("main");
+    let file = repo.path().join("models/svc.yaml");
+    std::fs::write(&file, model_with("svc", "v2", &rollback_to("v1"))).unwrap();
+    std::fs::write(repo.path().join("ignored.yaml"), "kind: OpenMedModel\n: [").unwrap();
+    std::fs::write(repo.path().join(".gitignore"), "ignored.yaml\n").unwrap();
+    let out = verify(&repo, &["--worktree", "--format", "json"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["rev"], "worktree");
+    assert_eq!(report["base"], repo.tip("main").unwrap().to_string());
+    assert_eq!(report["resources"][0]["rollbackTo"], "v1");
+
+    std::fs::write(&file, model_with("svc", "v2", &rollback_to("v0"))).unwrap();
+    let out = verify(&repo, &["--worktree"]);
+    assert_eq!(code(&out), 1);
+    assert!(stdout(&out).contains("REV worktree"), "{}", stdout(&out));
+}
+
+#[test]
+fn help_teaches_the_rules_and_exit_codes() {
+    let out = openmed_op(&["verify", "--help"]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    for words in [
+        "RollbackNotRetained",
+        "GitBehindRollback",
+        "--format github",
+        "Exit codes: 0 no errors",
+    ] {
+        assert!(text.contains(words), "{words} missing in {text}");
+    }
+}
+
+#[test]
+fn watch_checks_again_when_a_file_changes() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    let repo = two_versions();
+    repo.checkout("main");
+    let file = repo.path().join("models/svc.yaml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(["verify", "--watch", "--repo", repo.path_str()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |needle: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+    };
+    let first = wait_for("no problems");
+    // Keep editing until the watcher has seen a change: the first write may
+    // land before the watch is registered.
+    let mut second = false;
+    for attempt in 0..10 {
+        let bad = format!("v0-{attempt}");
+        std::fs::write(&file, model_with("svc", "v2", &rollback_to(&bad))).unwrap();
+        if wait_for(&format!("\"{bad}\" is not a retained version")) {
+            second = true;
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(first, "the first check never appeared");
+    assert!(second, "no check after the file changed");
+}
+
+#[test]
+fn the_repository_can_be_found_from_a_subdirectory() {
+    let repo = two_versions();
+    repo.checkout("main");
+    let sub = repo.path().join("models");
+    let out = openmed_op(&["verify", "--repo", sub.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(Path::new(&sub).is_dir());
+}
+
+/// The rule ids `verify` reports for a pull request on top of `main`.
+fn rules_for(main: &[&[(&str, &str)]], pr: &[(&str, &str)], status: Option<&str>) -> Vec<String> {
+    let repo = TestRepo::new();
+    for files in main {
+        repo.commit("main", files);
+    }
+    pull_request(&repo, pr);
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["--rev", "pr", "--format", "json"];
+    let path = dir.path().join("status.yaml");
+    if let Some(status) = status {
+        std::fs::write(&path, status).unwrap();
+        args.extend(["--status", path.to_str().unwrap()]);
+    }
+    let out = verify(&repo, &args);
+    let report = json(&out);
+    let errors = report["summary"]["errors"].as_u64().unwrap();
+    assert_eq!(code(&out), if errors > 0 { 1 } else { 0 }, "{report:#}");
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn every_rule_both_ways_on_a_repository() {
+    let v1 = model("svc", "v1");
+    let v2 = model("svc", "v2");
+    let history: &[&[(&str, &str)]] = &[&[("svc.yaml", &v1)], &[("svc.yaml", &v2)]];
+    let annotated = |version: &str, metadata: &str| model_with("svc", version, metadata);
+    let targeting = |name: &str, target: &str| {
+        model(name, "v1").replace(
+            "  version: v1\n",
+            &format!("  version: v1\n  targetRef:\n    name: {target}\n"),
+        )
+    };
+    let ready = "kind: OpenMedModel\nmetadata: {name: svc, namespace: team}\nstatus:\n  phase: Ready\n  lastSuccessfulSpec: {family: pii, tier: Small, version: v2}\n  previousSuccessfulSpec: {family: pii, tier: Small, version: v1}\n";
+    let failed_v3 = STATUS_LIST;
+    let reason = "  annotations:\n    openmed.ai/retry-reason: fixed the tokenizer\n";
+    let none: Vec<String> = Vec::new();
+    let only = |id: &str| vec![id.to_owned()];
+
+    // 1. Valid.
+    let huge = v2.replace("Small", "Huge");
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &huge)], None),
+        only("InvalidSpec")
+    );
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &model("svc", "v3"))], None),
+        none
+    );
+    // 2. One owner per target.
+    let two = [
+        ("svc.yaml", v2.as_str()),
+        ("b.yaml", &targeting("b", "svc")),
+    ];
+    assert_eq!(rules_for(history, &two, None), only("TargetConflict"));
+    let two = [
+        ("svc.yaml", v2.as_str()),
+        ("b.yaml", &targeting("b", "other")),
+    ];
+    assert_eq!(rules_for(history, &two, None), none);
+    // 3. Rollback only to a retained version.
+    let to = |v: &str| annotated("v2", &rollback_to(v));
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &to("v0"))], None),
+        only("RollbackNotRetained")
+    );
+    assert_eq!(rules_for(history, &[("svc.yaml", &to("v1"))], None), none);
+    // 4. One intent per change.
+    let both = annotated("v3", &rollback_to("v1"));
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &both)], None),
+        only("OneIntentPerChange")
+    );
+    // 5. No return to a known-failed version.
+    let v3 = model("svc", "v3");
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &v3)], Some(failed_v3)),
+        only("FailedVersionRetried")
+    );
+    let retry = annotated("v3", reason);
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &retry)], Some(failed_v3)),
+        none
+    );
+    // 6. Hygiene.
+    let stale = annotated("v2", &rollback_to("v2"));
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &stale)], None),
+        only("StaleRollbackAnnotation")
+    );
+    assert_eq!(
+        rules_for(
+            history,
+            &[("other.yaml", &v1.replace("svc", "other"))],
+            None
+        ),
+        only("ModelDeleted")
+    );
+    assert_eq!(rules_for(history, &[("renamed/svc.yml", &v2)], None), none);
+    let latest = model("svc", "OpenMed/pii:latest");
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &latest)], None),
+        only("MutableVersion")
+    );
+    let pinned = model("svc", "OpenMed/pii@sha256:0123abcd");
+    assert_eq!(rules_for(history, &[("svc.yaml", &pinned)], None), none);
+    let moved = v2.replace(
+        "  version: v2\n",
+        "  version: v2\n  targetRef:\n    name: elsewhere\n",
+    );
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &moved)], None),
+        only("TargetChanged")
+    );
+    let scaled = v2.replace("  version: v2\n", "  version: v2\n  replicas: 3\n");
+    assert_eq!(rules_for(history, &[("svc.yaml", &scaled)], None), none);
+    // 7. Git agrees with the cluster after an automatic rollback.
+    let on_v3: &[&[(&str, &str)]] = &[&[("svc.yaml", &v2)], &[("svc.yaml", &v3)]];
+    let unrelated = [("svc.yaml", v3.as_str()), ("notes.yaml", "a: 1\n")];
+    assert_eq!(
+        rules_for(on_v3, &unrelated, Some(failed_v3)),
+        only("GitBehindRollback")
+    );
+    assert_eq!(
+        rules_for(on_v3, &[("svc.yaml", &v2)], Some(failed_v3)),
+        none
+    );
+    // The rollback in the status is judged against the cluster's versions.
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &to("v1"))], Some(ready)),
+        none
+    );
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &to("v0"))], Some(ready)),
+        only("RollbackNotRetained")
+    );
+}
