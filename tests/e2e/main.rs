@@ -9,6 +9,7 @@
 //! if it started it.
 
 mod cluster;
+mod deploy;
 mod operator;
 mod support;
 
@@ -19,6 +20,7 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(cluster::trials());
     trials.extend(operator::trials());
+    trials.extend(deploy::trials());
     let any_selected = trials.iter().any(|t| selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);

@@ -91,18 +91,18 @@ pub fn trials() -> Vec<Trial> {
 const ROLLOUT: Duration = Duration::from_secs(60);
 
 /// One test's world: a namespace, an admin client and an operator.
-struct Env {
-    client: Client,
-    ns: TestNamespace,
-    operator: Operator,
+pub struct Env {
+    pub client: Client,
+    pub ns: TestNamespace,
+    pub operator: Operator,
 }
 
 impl Env {
-    async fn new(prefix: &str) -> Self {
+    pub async fn new(prefix: &str) -> Self {
         Self::with_operator_args(prefix, &[]).await
     }
 
-    async fn with_operator_args(prefix: &str, args: &[&str]) -> Self {
+    pub async fn with_operator_args(prefix: &str, args: &[&str]) -> Self {
         let client = admin().await;
         install_crd(&client).await;
         let ns = TestNamespace::create(&client, prefix).await;
@@ -118,7 +118,7 @@ impl Env {
         Api::namespaced(self.client.clone(), &self.ns.name)
     }
 
-    fn deployments(&self) -> Api<Deployment> {
+    pub fn deployments(&self) -> Api<Deployment> {
         Api::namespaced(self.client.clone(), &self.ns.name)
     }
 
@@ -126,12 +126,12 @@ impl Env {
         Api::namespaced(self.client.clone(), &self.ns.name)
     }
 
-    async fn apply(&self, yaml: &str) {
+    pub async fn apply(&self, yaml: &str) {
         apply_yaml(&self.client, Some(&self.ns.name), yaml, "e2e-user").await;
     }
 
     /// Unique version names per test, so the shared unready list does not leak.
-    fn version(&self, name: &str) -> String {
+    pub fn version(&self, name: &str) -> String {
         format!("OpenMed/{name}-{}", self.ns.name)
     }
 
@@ -144,7 +144,7 @@ impl Env {
             .unwrap_or_default()
     }
 
-    async fn wait_status(
+    pub async fn wait_status(
         &self,
         name: &str,
         what: &str,
@@ -163,7 +163,7 @@ impl Env {
         .await
     }
 
-    async fn wait_ready(&self, name: &str, version: &str) -> OpenMedModelStatus {
+    pub async fn wait_ready(&self, name: &str, version: &str) -> OpenMedModelStatus {
         self.wait_status(name, &format!("phase Ready serving {version}"), |s| {
             s.phase == Some(Phase::Ready) && s.active_version.as_deref() == Some(version)
         })
@@ -192,7 +192,7 @@ impl Env {
         events
     }
 
-    async fn wait_event(&self, object: &str, reason: &str) {
+    pub async fn wait_event(&self, object: &str, reason: &str) {
         wait_until(
             &format!("event {reason} on {object}"),
             ROLLOUT,
@@ -224,7 +224,7 @@ impl Env {
             .unwrap();
     }
 
-    async fn finish(self) {
+    pub async fn finish(self) {
         let Env {
             ns, mut operator, ..
         } = self;
@@ -233,7 +233,7 @@ impl Env {
     }
 }
 
-fn deployment_yaml(name: &str, container: &str, boot_version: &str) -> String {
+pub fn deployment_yaml(name: &str, container: &str, boot_version: &str) -> String {
     format!(
         "apiVersion: apps/v1
 kind: Deployment
@@ -258,7 +258,7 @@ spec:
     )
 }
 
-fn model_yaml(name: &str, version: &str, extra: &str) -> String {
+pub fn model_yaml(name: &str, version: &str, extra: &str) -> String {
     format!(
         "apiVersion: openmed.ai/v1alpha1
 kind: OpenMedModel

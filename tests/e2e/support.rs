@@ -376,10 +376,43 @@ pub struct Operator {
     kubeconfig: PathBuf,
 }
 
+/// The operator's identity in `deploy/operator`.
+pub const OPERATOR_IDENTITY: &str = "system:serviceaccount:openmed-system:openmed-operator";
+
+/// Installs `deploy/operator` (CRD, namespace, service account, RBAC and the
+/// operator Deployment) the way users do, once per run, and returns a
+/// kubeconfig that acts as the operator's service account: every operator
+/// test then runs with exactly the permissions users install, so a missing
+/// one fails a test.
+pub fn operator_kubeconfig() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let (ok, _, err) = kubectl(&[
+            "apply",
+            "-k",
+            root().join("deploy/operator").to_str().unwrap(),
+            "--server-side",
+            "--force-conflicts",
+        ]);
+        assert!(
+            ok,
+            "kubectl apply -k deploy/operator --server-side failed: {err}"
+        );
+        let admin = std::fs::read_to_string(kubeconfig()).unwrap();
+        let mut config: Value = serde_yaml::from_str(&admin).unwrap();
+        config["users"][0]["user"]["as"] = Value::String(OPERATOR_IDENTITY.to_owned());
+        let path = cluster_dir().join("operator.kubeconfig");
+        std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+        path
+    })
+    .clone()
+}
+
 impl Operator {
-    /// Starts `openmed-op run` for `namespace` with a short resync.
+    /// Starts `openmed-op run` for `namespace` with a short resync, as the
+    /// operator's service account from `deploy/operator`.
     pub fn start(namespace: &str, extra: &[&str]) -> Self {
-        Self::start_with(&kubeconfig(), namespace, extra)
+        Self::start_with(&operator_kubeconfig(), namespace, extra)
     }
 
     /// Starts it with another kubeconfig (another identity).
@@ -496,9 +529,20 @@ pub async fn http_get(addr: &str, path: &str) -> Option<String> {
     head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
 }
 
+/// The kubectl built with the control plane (same version as the server),
+/// or the one on PATH.
+pub fn kubectl_binary() -> PathBuf {
+    let built = cluster_dir().join("bin/kubectl");
+    if built.exists() {
+        built
+    } else {
+        PathBuf::from("kubectl")
+    }
+}
+
 /// Runs `kubectl` against the test cluster; returns (success, stdout, stderr).
 pub fn kubectl(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new("kubectl")
+    let out = Command::new(kubectl_binary())
         .arg("--kubeconfig")
         .arg(kubeconfig())
         .args(args)
