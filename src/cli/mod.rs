@@ -202,8 +202,17 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 #[derive(Debug, clap::Args)]
 struct RenderArgs {
     /// Files or directories to read; - reads stdin.
-    #[arg(required = true, value_name = "INPUT")]
+    #[arg(required_unless_present = "krm", value_name = "INPUT")]
     inputs: Vec<PathBuf>,
+
+    /// Run as a KRM function (kpt fn eval --exec, kustomize exec
+    /// transformers): read a ResourceList on stdin, write one on stdout with
+    /// the items rendered and findings as results. A resource whose
+    /// Deployment is not among the items gets only its ConfigMap and a
+    /// warning. The default namespace comes from the function config's
+    /// data.namespace.
+    #[arg(long, conflicts_with_all = ["summary", "watch", "inputs"])]
+    krm: bool,
 
     /// Output format: a YAML stream, or a JSON v1 List.
     #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
@@ -311,6 +320,7 @@ pub fn main() -> ExitCode {
                 }
             }
         }
+        Command::Render(args) if args.krm => render_krm(),
         Command::Render(args) => render_once(&args),
         Command::Run(args) => run_operator(args),
         Command::Verify(args) if args.watch => verify_watch(&args),
@@ -421,6 +431,29 @@ fn verify_watch(args: &VerifyArgs) -> u8 {
     }
 }
 
+fn render_krm() -> u8 {
+    let mut input = String::new();
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
+        eprintln!("openmed-op: <stdin>: cannot read: {e}");
+        return EXIT_USAGE;
+    }
+    match render::krm::run(&input) {
+        Ok(output) => {
+            print(&output.text);
+            if output.failed {
+                eprintln!("openmed-op: the ResourceList has errors; see its results");
+                EXIT_FINDINGS
+            } else {
+                EXIT_OK
+            }
+        }
+        Err(e) => {
+            eprintln!("openmed-op: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
 fn render_once(args: &RenderArgs) -> u8 {
     let docs = match source::read_inputs(&args.inputs) {
         Ok(docs) => docs,
@@ -429,7 +462,7 @@ fn render_once(args: &RenderArgs) -> u8 {
             return EXIT_USAGE;
         }
     };
-    match render::render(&docs, &args.namespace) {
+    match render::render(&docs, &args.namespace, render::MissingTarget::Patch) {
         Ok(rendered) => {
             print(&if args.summary {
                 render::summary_table(&rendered.rows)

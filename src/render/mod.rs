@@ -8,6 +8,8 @@
 //! strategic-merge patch for kustomize `patches:`. Rendering its own output
 //! again gives the same output.
 
+pub mod krm;
+
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -24,6 +26,8 @@ pub struct Rendered {
     pub documents: Vec<Value>,
     /// One row per OpenMedModel, for `--summary`.
     pub rows: Vec<SummaryRow>,
+    /// Warnings that did not stop the render.
+    pub notes: Vec<Finding>,
 }
 
 /// One line of `render --summary`.
@@ -45,8 +49,22 @@ pub struct SummaryRow {
     pub output: &'static str,
 }
 
-/// Renders a set of documents; any finding means nothing is rendered.
-pub fn render(docs: &[Document], default_namespace: &str) -> Result<Rendered, Vec<Finding>> {
+/// What to do for a resource whose target Deployment is not in the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingTarget {
+    /// Emit a strategic-merge patch for kustomize `patches:` (a stream).
+    Patch,
+    /// Emit nothing but a warning (a KRM function's items are whole
+    /// resources, so a patch would be applied as one).
+    Warn,
+}
+
+/// Renders a set of documents; any error means nothing is rendered.
+pub fn render(
+    docs: &[Document],
+    default_namespace: &str,
+    missing: MissingTarget,
+) -> Result<Rendered, Vec<Finding>> {
     let resolved = manifests::resolve(docs, default_namespace);
     if !resolved.findings.is_empty() {
         return Err(resolved.findings);
@@ -55,6 +73,7 @@ pub fn render(docs: &[Document], default_namespace: &str) -> Result<Rendered, Ve
         resolved.models.iter().find(|m| pick(m) == Some(i))
     };
     let mut documents = Vec::with_capacity(docs.len() + 2 * resolved.models.len());
+    let mut notes = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
         if let Some(model) = by_doc(|m| m.target_doc, i) {
             let mut deployment = doc.value.clone();
@@ -74,7 +93,21 @@ pub fn render(docs: &[Document], default_namespace: &str) -> Result<Rendered, Ve
                 documents.push(config_map_document(model));
             }
             if model.target_doc.is_none() {
-                documents.push(model.plan.deployment.strategic_patch());
+                match missing {
+                    MissingTarget::Patch => documents.push(model.plan.deployment.strategic_patch()),
+                    MissingTarget::Warn => notes.push(
+                        Finding::warning(
+                            &doc.at("spec.targetRef"),
+                            "TargetNotInInput",
+                            format!(
+                                "Deployment {} is not among the resources; only its ConfigMap was added, and the operator will set the Deployment's fields in the cluster",
+                                model.plan.deployment.name
+                            ),
+                        )
+                        .resource(model.id.key())
+                        .field("spec.targetRef.name"),
+                    ),
+                }
             }
         }
     }
@@ -94,7 +127,11 @@ pub fn render(docs: &[Document], default_namespace: &str) -> Result<Rendered, Ve
             },
         })
         .collect();
-    Ok(Rendered { documents, rows })
+    Ok(Rendered {
+        documents,
+        rows,
+        notes,
+    })
 }
 
 /// The ConfigMap as a document, keys in the order people read manifests.

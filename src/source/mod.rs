@@ -29,6 +29,17 @@ pub struct Document {
 }
 
 impl Document {
+    /// A document that did not come from YAML text (a KRM function's
+    /// `ResourceList` item): it has no line numbers.
+    pub fn from_value(origin: &str, index: usize, value: Value) -> Self {
+        Document {
+            origin: Arc::from(origin),
+            index,
+            value,
+            positions: Positions::default(),
+        }
+    }
+
     /// 1-based line where `path` (`spec.rolloutStrategy.maxSurge`) starts, or
     /// its nearest ancestor's line.
     pub fn line_of(&self, path: &str) -> usize {
@@ -57,10 +68,11 @@ impl Document {
 
     /// A place in this document, for messages.
     pub fn at(&self, path: &str) -> Location {
+        let line = self.line_of(path);
         Location {
             origin: self.origin.clone(),
             document: self.index,
-            line: Some(self.line_of(path)),
+            line: (line > 0).then_some(line),
         }
     }
 }

@@ -10,6 +10,7 @@
 
 mod cluster;
 mod deploy;
+mod gitops;
 mod operator;
 mod support;
 
@@ -21,6 +22,7 @@ fn main() {
     trials.extend(cluster::trials());
     trials.extend(operator::trials());
     trials.extend(deploy::trials());
+    trials.extend(gitops::trials());
     let any_selected = trials.iter().any(|t| selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);
