@@ -51,7 +51,11 @@ fn docs(yaml: &str) -> Vec<Value> {
 fn example_package() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for file in ["openmed-service.yaml", "openmedmodel.yaml"] {
-        std::fs::copy(root().join("examples").join(file), dir.path().join(file)).unwrap();
+        std::fs::copy(
+            root().join("examples/openmed").join(file),
+            dir.path().join(file),
+        )
+        .unwrap();
     }
     dir
 }
@@ -86,7 +90,7 @@ fn resource_list(items: &[Value]) -> String {
 fn example_items() -> Vec<Value> {
     let mut items = Vec::new();
     for file in ["openmed-service.yaml", "openmedmodel.yaml"] {
-        let text = std::fs::read_to_string(root().join("examples").join(file)).unwrap();
+        let text = std::fs::read_to_string(root().join("examples/openmed").join(file)).unwrap();
         for (i, mut doc) in docs(&text).into_iter().enumerate() {
             doc["metadata"]["annotations"]["internal.config.kubernetes.io/path"] = json!(file);
             doc["metadata"]["annotations"]["internal.config.kubernetes.io/index"] =
@@ -132,7 +136,7 @@ fn the_krm_function_renders_items_as_render_does() {
     // function's own annotations.
     let rendered = run(
         env!("CARGO_BIN_EXE_openmed-op"),
-        &["render", "-o", "json", "examples/"],
+        &["render", "-o", "json", "examples/openmed/"],
         root(),
         "",
     );
@@ -588,7 +592,7 @@ fn the_argo_cd_plugin_commands_discover_and_render_an_application() {
     assert!(generated.status.success(), "{}", text(&generated.stderr));
     let rendered = run(
         env!("CARGO_BIN_EXE_openmed-op"),
-        &["render", "examples/"],
+        &["render", "examples/openmed/"],
         root(),
         "",
     );
@@ -617,5 +621,119 @@ fn the_argo_cd_plugin_commands_discover_and_render_an_application() {
     assert!(
         text(&other.stdout).trim().is_empty(),
         "other applications are left to other tools"
+    );
+}
+
+// ---- the CI recipe ----
+
+#[test]
+fn the_ci_render_diff_shows_what_a_version_bump_changes() {
+    let repo = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.email=ci@example.org", "-c", "user.name=ci"])
+            .args(args)
+            .current_dir(repo.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+    };
+    git(&["init", "-q"]);
+    for file in ["openmed-service.yaml", "openmedmodel.yaml"] {
+        std::fs::copy(
+            root().join("examples/openmed").join(file),
+            repo.path().join(file),
+        )
+        .unwrap();
+    }
+    git(&["add", "."]);
+    git(&["commit", "-qm", "v1"]);
+    let model = repo.path().join("openmedmodel.yaml");
+    std::fs::write(
+        &model,
+        std::fs::read_to_string(&model)
+            .unwrap()
+            .replace("synthetic-pii-v1", "synthetic-pii-v2"),
+    )
+    .unwrap();
+    git(&["commit", "-qam", "v2"]);
+    let bin = Path::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let out = Command::new(root().join("examples/ci/render-diff"))
+        .args(["HEAD~1", "HEAD"])
+        .current_dir(repo.path())
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "differences: {}",
+        text(&out.stderr)
+    );
+    let diff = text(&out.stdout);
+    let vectors = |name: &str| -> Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(root().join("tests/vectors").join(name)).unwrap(),
+        )
+        .unwrap()
+    };
+    let (v1, v2) = (vectors("basic-v1.json"), vectors("basic-v2.json"));
+    assert!(
+        diff.contains(&format!(
+            "-        openmed.ai/model-manifest-hash: {}",
+            v1["manifestHash"].as_str().unwrap()
+        )),
+        "{diff}"
+    );
+    assert!(
+        diff.contains(&format!(
+            "+        openmed.ai/model-manifest-hash: {}",
+            v2["manifestHash"].as_str().unwrap()
+        )),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("+  OPENMED_SERVICE_PRELOAD_MODELS: OpenMed/synthetic-pii-v2"),
+        "{diff}"
+    );
+    let same = Command::new(root().join("examples/ci/render-diff"))
+        .args(["HEAD", "HEAD"])
+        .current_dir(repo.path())
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(same.status.code(), Some(0));
+}
+
+#[test]
+fn the_example_workflow_and_flux_kustomization_are_well_formed() {
+    let workflow: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root().join("examples/ci/openmed-op.yml")).unwrap(),
+    )
+    .unwrap();
+    let steps = workflow["jobs"]["openmed-op"]["steps"].as_array().unwrap();
+    let runs: Vec<&str> = steps.iter().filter_map(|s| s["run"].as_str()).collect();
+    assert!(
+        runs.iter()
+            .any(|r| r.contains("openmed-op verify") && r.contains("--format github"))
+    );
+    assert!(runs.iter().any(|r| r.contains("examples/ci/render-diff")));
+    let flux: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root().join("examples/flux/kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(flux["spec"]["healthChecks"][0]["kind"], "OpenMedModel");
+    assert_eq!(
+        flux["spec"]["healthChecks"][0]["apiVersion"],
+        "openmed.ai/v1alpha1"
     );
 }

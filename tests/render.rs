@@ -116,14 +116,14 @@ spec:
 
 #[test]
 fn the_bundled_example_renders_as_in_the_golden_file() {
-    let out = openmed_op(&["render", "examples/"], None);
+    let out = openmed_op(&["render", "examples/openmed/"], None);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     golden("examples.yaml", &stdout(&out));
 }
 
 #[test]
 fn the_examples_hash_is_the_one_plan_computes() {
-    let out = openmed_op(&["render", "-o", "json", "examples/"], None);
+    let out = openmed_op(&["render", "-o", "json", "examples/openmed/"], None);
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list["kind"], "List");
     let deployment = list["items"]
@@ -230,8 +230,8 @@ fn other_documents_pass_through_unchanged_and_in_order() {
 
 #[test]
 fn rendering_is_deterministic_and_idempotent() {
-    let first = stdout(&openmed_op(&["render", "examples/"], None));
-    let second = stdout(&openmed_op(&["render", "examples/"], None));
+    let first = stdout(&openmed_op(&["render", "examples/openmed/"], None));
+    let second = stdout(&openmed_op(&["render", "examples/openmed/"], None));
     assert_eq!(first, second);
     let again = openmed_op(&["render", "-"], Some(&first));
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
@@ -249,7 +249,7 @@ fn rendering_is_deterministic_and_idempotent() {
 
 #[test]
 fn summary_prints_one_row_per_resource() {
-    let out = openmed_op(&["render", "--summary", "examples/"], None);
+    let out = openmed_op(&["render", "--summary", "examples/openmed/"], None);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();

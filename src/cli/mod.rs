@@ -71,8 +71,8 @@ enum Command {
     /// stderr with file, document, line and field.
     #[command(after_help = "\
 Examples:
-  openmed-op render examples/                 # the bundled example
-  openmed-op render --summary examples/       # one line per OpenMedModel
+  openmed-op render examples/openmed/                 # the bundled example
+  openmed-op render --summary examples/openmed/       # one line per OpenMedModel
   kustomize build overlays/prod | openmed-op render -
   openmed-op render --watch models/           # re-render on every save
 

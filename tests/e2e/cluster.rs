@@ -42,8 +42,8 @@ pub fn trials() -> Vec<Trial> {
 pub fn example_docs() -> String {
     let mut out = String::new();
     for file in [
-        "examples/openmed-service.yaml",
-        "examples/openmedmodel.yaml",
+        "examples/openmed/openmed-service.yaml",
+        "examples/openmed/openmedmodel.yaml",
     ] {
         let text = std::fs::read_to_string(root().join(file)).unwrap();
         for doc in text.split("\n---\n") {
@@ -278,7 +278,7 @@ fn the_example_deployment_becomes_available() {
         let client = admin().await;
         let ns = TestNamespace::create(&client, "available").await;
         let service =
-            std::fs::read_to_string(root().join("examples/openmed-service.yaml")).unwrap();
+            std::fs::read_to_string(root().join("examples/openmed/openmed-service.yaml")).unwrap();
         let docs: String = service
             .split("\n---\n")
             .filter(|d| !d.contains("kind: Namespace"))
