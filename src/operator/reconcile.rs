@@ -131,11 +131,62 @@ pub fn error_policy(obj: Arc<RawModel>, error: &Error, ctx: Arc<Context>) -> Act
     Action::requeue(delay)
 }
 
-/// Objects returned by this reconcile's own writes: newer than the caches.
+/// Objects newer than the caches: read live, or returned by this
+/// reconcile's own writes (`None`: known not to exist).
 #[derive(Default)]
 struct Fresh {
-    deployments: HashMap<String, Deployment>,
+    deployments: HashMap<String, Option<Deployment>>,
     config_maps: HashMap<String, Option<ConfigMap>>,
+}
+
+impl Fresh {
+    /// Reads live every object a decision about `view` looks at.
+    ///
+    /// The caches lag behind the API server: right after a write, the next
+    /// reconcile (triggered by that very write) may still see the old
+    /// object and take the operator's own change for another writer's.
+    /// Writes are therefore decided twice, the second time on live reads;
+    /// a steady state, which writes nothing, reads nothing.
+    async fn read_live(&mut self, view: &ResourceView, ctx: &Context) -> Result<(), kube::Error> {
+        let namespace = &view.namespace;
+        let key = view.key();
+        let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+        let mut names = vec![rollout::target_name(view)];
+        names.extend(
+            ctx.deployments
+                .state()
+                .iter()
+                .filter(|d| d.namespace().as_deref() == Some(namespace.as_str()))
+                .filter(|d| d.annotations().get(MODEL_RESOURCE_ANNOTATION) == Some(&key))
+                .map(|d| d.name_any()),
+        );
+        for name in names {
+            if !self.deployments.contains_key(&name) {
+                let live = deployments.get_opt(&name).await?;
+                self.deployments.insert(name, live);
+            }
+        }
+        let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+        let mut names = rollout::config_map_names(view);
+        names.extend(
+            ctx.config_maps
+                .state()
+                .iter()
+                .filter(|c| c.namespace().as_deref() == Some(namespace.as_str()))
+                .filter(|c| {
+                    c.owner_references().iter().any(|o| o.uid == view.uid)
+                        || c.annotations().get(MODEL_RESOURCE_ANNOTATION) == Some(&key)
+                })
+                .map(|c| c.name_any()),
+        );
+        for name in names {
+            if !self.config_maps.contains_key(&name) {
+                let live = config_maps.get_opt(&name).await?;
+                self.config_maps.insert(name, live);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Everything gathered for one decision.
@@ -160,11 +211,17 @@ async fn apply(obj: &RawModel, ctx: &Context) -> Result<Action, Error> {
     let models: Api<RawModel> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut current = obj.clone();
     let mut fresh = Fresh::default();
+    let mut live = false;
     for _ in 0..MAX_PASSES {
         let view = current.view();
         let world = gather(&view, ctx, &fresh).await?;
         let now = now();
         let decision = decide(&view, &world, ctx.settings, now.clone());
+        if !decision.writes.is_empty() && !live {
+            fresh.read_live(&view, ctx).await?;
+            live = true;
+            continue;
+        }
         if decision.status != view.status {
             match write_status(&models, &current, &decision.status, ctx).await {
                 Ok(updated) => current = updated,
@@ -199,6 +256,7 @@ async fn cleanup(obj: &RawModel, ctx: &Context) -> Result<Action, Error> {
     let namespace = obj.namespace().unwrap_or_default();
     let view = obj.view();
     let mut fresh = Fresh::default();
+    fresh.read_live(&view, ctx).await?;
     let world = gather(&view, ctx, &fresh).await?;
     let now = now();
     let decision = decide(&view, &world, ctx.settings, now.clone());
@@ -243,7 +301,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
     let in_namespace = |ns: Option<String>| ns.as_deref() == Some(namespace.as_str());
 
     let target = match fresh.deployments.get(&target_name) {
-        Some(d) => Some(d.clone()),
+        Some(d) => d.clone(),
         None => match ctx
             .deployments
             .find(|d| in_namespace(d.namespace()) && d.name_any() == target_name)
@@ -270,10 +328,13 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
         claimed.insert(t.name_any(), t.clone());
     }
     for (name, d) in &fresh.deployments {
-        if annotated(d) {
-            claimed.insert(name.clone(), d.clone());
-        } else {
-            claimed.remove(name);
+        match d {
+            Some(d) if annotated(d) => {
+                claimed.insert(name.clone(), d.clone());
+            }
+            _ => {
+                claimed.remove(name);
+            }
         }
     }
     let mut claimed: Vec<Deployment> = claimed.into_values().collect();
@@ -416,7 +477,7 @@ async fn execute(
                     ..PatchParams::default()
                 };
                 let stored = api.patch(name, &params, &Patch::Merge(patch)).await?;
-                fresh.deployments.insert(name.clone(), stored);
+                fresh.deployments.insert(name.clone(), Some(stored));
             }
             Write::ApplyDeployment {
                 name,
@@ -427,7 +488,7 @@ async fn execute(
                 ctx.metrics.wrote("deployments", "apply");
                 match api.patch(name, &apply, &Patch::Apply(body)).await {
                     Ok(stored) => {
-                        fresh.deployments.insert(name.clone(), stored);
+                        fresh.deployments.insert(name.clone(), Some(stored));
                     }
                     Err(kube::Error::Api(s)) if *best_effort && (400..500).contains(&s.code) => {
                         warn!(deployment = %name, code = s.code, message = %s.message, "could not release the Deployment; leaving it as it is");
