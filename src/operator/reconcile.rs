@@ -8,6 +8,7 @@
 //! what the writes returned.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -161,9 +162,9 @@ impl Fresh {
                 .map(|d| d.name_any()),
         );
         for name in names {
-            if !self.deployments.contains_key(&name) {
-                let live = deployments.get_opt(&name).await?;
-                self.deployments.insert(name, live);
+            if let Entry::Vacant(slot) = self.deployments.entry(name) {
+                let live = deployments.get_opt(slot.key()).await?;
+                slot.insert(live);
             }
         }
         let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
@@ -180,9 +181,9 @@ impl Fresh {
                 .map(|c| c.name_any()),
         );
         for name in names {
-            if !self.config_maps.contains_key(&name) {
-                let live = config_maps.get_opt(&name).await?;
-                self.config_maps.insert(name, live);
+            if let Entry::Vacant(slot) = self.config_maps.entry(name) {
+                let live = config_maps.get_opt(slot.key()).await?;
+                slot.insert(live);
             }
         }
         Ok(())
