@@ -182,46 +182,33 @@ impl DeploymentFields {
     /// `value` and `valueFrom` and the API server would refuse the
     /// Deployment. The server stores an empty value as absent.
     pub fn apply_body(&self) -> Value {
-        let mut env = self.env_entry();
-        env["value"] = json!("");
-        let mut metadata = json!({ "name": self.name, "namespace": self.namespace });
-        if let Some(owner) = &self.owner {
-            metadata["annotations"] = json!({ MODEL_RESOURCE_ANNOTATION: owner });
-            metadata["labels"] = json!({ OPERATED_BY_LABEL: FIELD_MANAGER });
-        }
-        let mut spec = self.spec_fields();
-        spec.insert(
-            "template".into(),
-            json!({
-                "metadata": { "annotations": self.template_annotations() },
-                "spec": { "containers": [{ "name": self.container, "env": [env] }] },
-            }),
-        );
-        json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": metadata,
-            "spec": spec,
-        })
+        self.partial_deployment(json!(""))
     }
 
     /// A strategic-merge patch for kustomize `patches:`. `value: null`
     /// deletes a literal value the base may set, and `rollingUpdate: null`
     /// clears rolling-update settings under `Recreate`.
     pub fn strategic_patch(&self) -> Value {
+        let mut patch = self.partial_deployment(Value::Null);
+        if let Some(strategy) = patch.pointer_mut("/spec/strategy")
+            && strategy.get("rollingUpdate").is_none()
+        {
+            strategy["rollingUpdate"] = Value::Null;
+        }
+        patch
+    }
+
+    /// A Deployment holding only the owned fields; `value` is what the env
+    /// entry says about a literal value, in the idiom of the merge used.
+    fn partial_deployment(&self, value: Value) -> Value {
         let mut env = self.env_entry();
-        env["value"] = Value::Null;
+        env["value"] = value;
         let mut metadata = json!({ "name": self.name, "namespace": self.namespace });
         if let Some(owner) = &self.owner {
             metadata["annotations"] = json!({ MODEL_RESOURCE_ANNOTATION: owner });
             metadata["labels"] = json!({ OPERATED_BY_LABEL: FIELD_MANAGER });
         }
         let mut spec = self.spec_fields();
-        if let Some(strategy) = spec.get_mut("strategy")
-            && strategy.get("rollingUpdate").is_none()
-        {
-            strategy["rollingUpdate"] = Value::Null;
-        }
         spec.insert(
             "template".into(),
             json!({

@@ -152,25 +152,24 @@ pub fn read_inputs(inputs: &[PathBuf]) -> Result<Vec<Document>, ReadError> {
 
 /// `path` itself if it is a file, else every YAML file below it, sorted.
 pub fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, ReadError> {
-    let io = |source| ReadError::Io {
+    files_below(path, is_yaml_name)
+}
+
+/// `path` itself if it is a file, else every file below it that `keep`
+/// accepts, sorted by path so output never depends on the file system.
+pub fn files_below(path: &Path, keep: impl Fn(&Path) -> bool) -> Result<Vec<PathBuf>, ReadError> {
+    let io = |source: std::io::Error| ReadError::Io {
         path: path.display().to_string(),
         source,
     };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    if !meta.is_dir() {
+    if !std::fs::metadata(path).map_err(io)?.is_dir() {
         return Ok(vec![path.to_path_buf()]);
     }
     let mut files = Vec::new();
-    let mut pending = vec![path.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).map_err(io)? {
-            let entry = entry.map_err(io)?;
-            let child = entry.path();
-            if entry.file_type().map_err(io)?.is_dir() {
-                pending.push(child);
-            } else if is_yaml_name(&child) {
-                files.push(child);
-            }
+    for entry in walkdir::WalkDir::new(path).follow_links(true) {
+        let entry = entry.map_err(|e| io(e.into()))?;
+        if entry.file_type().is_file() && keep(entry.path()) {
+            files.push(entry.into_path());
         }
     }
     files.sort();

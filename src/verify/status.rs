@@ -53,29 +53,9 @@ pub fn read(path: &Path, default_namespace: &str) -> Result<ClusterStatus, Statu
 }
 
 fn files(path: &Path) -> Result<Vec<PathBuf>, source::ReadError> {
-    let io = |source| source::ReadError::Io {
-        path: path.display().to_string(),
-        source,
-    };
-    if !std::fs::metadata(path).map_err(io)?.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut files = Vec::new();
-    let mut pending = vec![path.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).map_err(io)? {
-            let entry = entry.map_err(io)?;
-            let child = entry.path();
-            if entry.file_type().map_err(io)?.is_dir() {
-                pending.push(child);
-            } else if source::is_yaml_name(&child) || child.extension().is_some_and(|e| e == "json")
-            {
-                files.push(child);
-            }
-        }
-    }
-    files.sort();
-    Ok(files)
+    source::files_below(path, |p| {
+        source::is_yaml_name(p) || p.extension().is_some_and(|e| e == "json")
+    })
 }
 
 /// Adds the OpenMedModels of `docs` (objects or `List`s of them) to `status`.
