@@ -37,3 +37,54 @@ impl RawModel {
         ResourceView::new(&self.metadata, self.spec.clone(), self.status.as_ref())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn any_stored_shape_deserializes_and_is_judged_not_dropped() {
+        // Shapes a typed watch would fail on: written before the CRD
+        // tightened, or with validation off.
+        for spec in [
+            json!("text"),
+            json!({"replicas": "two", "tier": 5}),
+            json!(null),
+        ] {
+            let object = json!({
+                "apiVersion": "openmed.ai/v1alpha1", "kind": "OpenMedModel",
+                "metadata": {"name": "odd", "namespace": "ns", "uid": "u", "generation": 3},
+                "spec": spec,
+                "status": {"phase": "NotAPhase", "rollbackCount": 2},
+            });
+            let model: RawModel = serde_json::from_value(object).expect("always deserializes");
+            let view = model.view();
+            assert_eq!(
+                view.status.rollback_count,
+                Some(2),
+                "readable status fields are kept"
+            );
+            let d = crate::rollout::decide(&crate::rollout::Observed {
+                resource: &view,
+                target: None,
+                autoscaled: false,
+                rivals: &[],
+                claimed: &[],
+                config_maps: &[],
+                settings: Default::default(),
+                now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::from_second(0).unwrap(),
+                ),
+            });
+            assert!(d.writes.is_empty());
+            let ready = d
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .unwrap();
+            assert_eq!(ready.reason, "InvalidSpec", "{spec:?}");
+        }
+    }
+}
