@@ -161,6 +161,11 @@ struct RunArgs {
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     listen: std::net::SocketAddr,
 
+    /// How many OpenMedModels are reconciled at once; bounds memory and the
+    /// burst of API requests when many change together.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..), value_name = "N")]
+    concurrency: u16,
+
     /// Act only on Deployments labelled openmed.ai/managed=true, so that
     /// being allowed to create OpenMedModels does not mean being able to take
     /// over any Deployment.
@@ -343,6 +348,7 @@ fn run_operator(args: RunArgs) -> u8 {
         namespaces: args.namespaces,
         resync: args.resync,
         listen: args.listen,
+        concurrency: args.concurrency,
         settings: crate::rollout::Settings {
             require_target_label: args.require_target_label,
         },

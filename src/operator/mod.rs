@@ -21,7 +21,7 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::controller::Controller;
+use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -32,7 +32,7 @@ pub use model::RawModel;
 use crate::api::names::{
     FIELD_MANAGER, MANAGED_BY_LABEL, MODEL_RESOURCE_ANNOTATION, OPERATED_BY_LABEL,
 };
-use crate::rollout::{self, Settings};
+use crate::rollout::Settings;
 use metrics::Metrics;
 use reconcile::Context;
 
@@ -48,6 +48,9 @@ pub struct Options {
     pub resync: Duration,
     /// Address of `/healthz` and `/metrics`.
     pub listen: SocketAddr,
+    /// How many resources are reconciled at once, which bounds the
+    /// operator's memory and its burst of requests when many change.
+    pub concurrency: u16,
     /// Policy switches.
     pub settings: Settings,
 }
@@ -118,6 +121,7 @@ async fn run_scope(
         watcher::Config::default().labels(&format!("{OPERATED_BY_LABEL}={FIELD_MANAGER}")),
     )
     .default_backoff()
+    .modify(forget_managed_fields)
     .reflect(deployment_writer)
     .touched_objects();
 
@@ -127,6 +131,7 @@ async fn run_scope(
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}")),
     )
     .default_backoff()
+    .modify(forget_managed_fields)
     .reflect(config_map_writer)
     .touched_objects();
 
@@ -136,10 +141,12 @@ async fn run_scope(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(forget_managed_fields)
     .reflect(autoscaler_writer)
     .touched_objects();
 
-    let controller = Controller::new(api::<RawModel>(&client, &scope), watcher::Config::default());
+    let controller = Controller::new(api::<RawModel>(&client, &scope), watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(options.concurrency));
     let models = controller.store();
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());
     let context = Arc::new(Context {
@@ -175,7 +182,7 @@ async fn run_scope(
                 .state()
                 .into_iter()
                 .filter(|m| m.namespace().as_deref() == Some(namespace.as_str()))
-                .filter(|m| rollout::target_name(&m.view()) == target)
+                .filter(|m| m.target_name() == target)
                 .map(|m| ObjectRef::from_obj(&*m))
                 .collect::<Vec<_>>()
         })
@@ -190,6 +197,13 @@ async fn run_scope(
             }
         })
         .await;
+}
+
+/// Drops `metadata.managedFields` before an object is cached: `decide`
+/// never reads it, and it is often the largest part of an object, so the
+/// caches hold half as much or less.
+fn forget_managed_fields<K: ResourceExt>(object: &mut K) {
+    object.managed_fields_mut().clear();
 }
 
 /// Completes on SIGTERM (what Kubernetes sends) or SIGINT.

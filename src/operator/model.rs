@@ -32,6 +32,14 @@ pub struct RawModel {
 }
 
 impl RawModel {
+    /// The Deployment this resource names (see `rollout::target_name`).
+    pub fn target_name(&self) -> &str {
+        crate::rollout::target_name_of(
+            self.metadata.name.as_deref().unwrap_or_default(),
+            &self.spec,
+        )
+    }
+
     /// The lenient view `decide` reads.
     pub fn view(&self) -> ResourceView {
         ResourceView::new(&self.metadata, self.spec.clone(), self.status.as_ref())

@@ -8,7 +8,6 @@
 //! what the writes returned.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -161,12 +160,13 @@ impl Fresh {
                 .filter(|d| d.annotations().get(MODEL_RESOURCE_ANNOTATION) == Some(&key))
                 .map(|d| d.name_any()),
         );
-        for name in names {
-            if let Entry::Vacant(slot) = self.deployments.entry(name) {
-                let live = deployments.get_opt(slot.key()).await?;
-                slot.insert(live);
-            }
-        }
+        names.retain(|n| !self.deployments.contains_key(n));
+        names.sort();
+        names.dedup();
+        // In parallel: these reads sit on the path from a change to its write.
+        let reads = names.iter().map(|n| deployments.get_opt(n));
+        let found = futures::future::try_join_all(reads).await?;
+        self.deployments.extend(names.into_iter().zip(found));
         let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
         let mut names = rollout::config_map_names(view);
         names.extend(
@@ -180,12 +180,12 @@ impl Fresh {
                 })
                 .map(|c| c.name_any()),
         );
-        for name in names {
-            if let Entry::Vacant(slot) = self.config_maps.entry(name) {
-                let live = config_maps.get_opt(slot.key()).await?;
-                slot.insert(live);
-            }
-        }
+        names.retain(|n| !self.config_maps.contains_key(n));
+        names.sort();
+        names.dedup();
+        let reads = names.iter().map(|n| config_maps.get_opt(n));
+        let found = futures::future::try_join_all(reads).await?;
+        self.config_maps.extend(names.into_iter().zip(found));
         Ok(())
     }
 }
@@ -206,7 +206,7 @@ fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).expect("a valid time"))
 }
 
-async fn apply(obj: &RawModel, ctx: &Context) -> Result<Action, Error> {
+async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     wait_for_caches(ctx).await;
     let namespace = obj.namespace().unwrap_or_default();
     let models: Api<RawModel> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -238,9 +238,18 @@ async fn apply(obj: &RawModel, ctx: &Context) -> Result<Action, Error> {
             ctx.metrics
                 .observe_event(event, decision.status.rollback_request.as_deref());
             info!(reason = event.reason, message = %event.message, "event");
-            if let Err(e) = ctx.recorder.record(&current, event, &now).await {
-                warn!(error = %e, reason = event.reason, "could not record event");
-            }
+        }
+        if !decision.events.is_empty() {
+            // Events tell people what happened; they are not on the path
+            // from a change to the writes it needs.
+            let (ctx, resource, events) = (ctx.clone(), current.clone(), decision.events.clone());
+            tokio::spawn(async move {
+                for event in &events {
+                    if let Err(e) = ctx.recorder.record(&resource, event, &now).await {
+                        warn!(error = %e, reason = event.reason, "could not record event");
+                    }
+                }
+            });
         }
         if decision.writes.is_empty() {
             let resync = ctx.resync;
@@ -392,7 +401,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
                 && m.name_any() != view.name
                 && m.metadata.deletion_timestamp.is_none()
         })
-        .filter(|m| rollout::target_name(&m.view()) == target_name)
+        .filter(|m| m.target_name() == target_name)
         .map(|m| Rival {
             key: format!("{namespace}/{}", m.name_any()),
             created: m.metadata.creation_timestamp.clone(),

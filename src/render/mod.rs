@@ -10,6 +10,7 @@
 
 pub mod krm;
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -69,13 +70,24 @@ pub fn render(
     if !resolved.findings.is_empty() {
         return Err(resolved.findings);
     }
-    let by_doc = |pick: fn(&Model) -> Option<usize>, i: usize| {
-        resolved.models.iter().find(|m| pick(m) == Some(i))
+    // Which model each document belongs to, by role: looked up once per
+    // document, so rendering stays linear in the size of the input.
+    let index = |pick: fn(&Model) -> Option<usize>| -> HashMap<usize, &Model> {
+        resolved
+            .models
+            .iter()
+            .filter_map(|m| Some((pick(m)?, m)))
+            .collect()
     };
+    let (as_target, as_config_map, as_model) = (
+        index(|m| m.target_doc),
+        index(|m| m.config_map_doc),
+        index(|m| Some(m.doc)),
+    );
     let mut documents = Vec::with_capacity(docs.len() + 2 * resolved.models.len());
     let mut notes = Vec::new();
     for (i, doc) in docs.iter().enumerate() {
-        if let Some(model) = by_doc(|m| m.target_doc, i) {
+        if let Some(model) = as_target.get(&i) {
             let mut deployment = doc.value.clone();
             model
                 .plan
@@ -83,12 +95,12 @@ pub fn render(
                 .apply_to(&mut deployment)
                 .expect("resolve checked the container");
             documents.push(deployment);
-        } else if let Some(model) = by_doc(|m| m.config_map_doc, i) {
+        } else if let Some(model) = as_config_map.get(&i) {
             documents.push(config_map_document(model));
         } else {
             documents.push(doc.value.clone());
         }
-        if let Some(model) = resolved.models.iter().find(|m| m.doc == i) {
+        if let Some(model) = as_model.get(&i) {
             if model.config_map_doc.is_none() {
                 documents.push(config_map_document(model));
             }

@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
-pub use resource::{ResourceView, config_map_names, target_name};
+pub use resource::{ResourceView, config_map_names, target_name, target_name_of};
 
 use crate::api::names::{
     MANAGED_OPT_IN_LABEL, MODEL_RESOURCE_ANNOTATION, PRELOAD_ENV, ROLLBACK_TO_ANNOTATION,

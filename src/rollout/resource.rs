@@ -72,12 +72,15 @@ impl ResourceView {
 /// The Deployment a resource names, read from the raw spec (valid or not),
 /// so the shell can look it up before `decide` validates anything.
 pub fn target_name(resource: &ResourceView) -> String {
-    resource
-        .spec
-        .pointer("/targetRef/name")
+    target_name_of(&resource.name, &resource.spec).to_owned()
+}
+
+/// [`target_name`] from a resource's name and raw spec, without reading the
+/// rest of it (the shell asks this of every resource in a namespace).
+pub fn target_name_of<'a>(name: &'a str, spec: &'a Value) -> &'a str {
+    spec.pointer("/targetRef/name")
         .and_then(Value::as_str)
-        .unwrap_or(&resource.name)
-        .to_owned()
+        .unwrap_or(name)
 }
 
 /// Every ConfigMap name `decide` may need: the one `spec` asks for and

@@ -9,7 +9,7 @@ mod positions;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -25,7 +25,24 @@ pub struct Document {
     pub index: usize,
     /// The document's content.
     pub value: Value,
-    positions: Positions,
+    stream: Option<Arc<StreamIndex>>,
+}
+
+/// Line numbers of every document of one stream, indexed on first use: most
+/// input is valid, and only a finding needs a line, so the second parse is
+/// paid only then.
+#[derive(Debug)]
+struct StreamIndex {
+    text: Arc<str>,
+    documents: OnceLock<Vec<Positions>>,
+}
+
+impl StreamIndex {
+    fn positions(&self, document: usize) -> Option<&Positions> {
+        self.documents
+            .get_or_init(|| positions::index_stream(&self.text).unwrap_or_default())
+            .get(document)
+    }
 }
 
 impl Document {
@@ -36,14 +53,17 @@ impl Document {
             origin: Arc::from(origin),
             index,
             value,
-            positions: Positions::default(),
+            stream: None,
         }
     }
 
     /// 1-based line where `path` (`spec.rolloutStrategy.maxSurge`) starts, or
     /// its nearest ancestor's line.
     pub fn line_of(&self, path: &str) -> usize {
-        self.positions.line_of(path)
+        self.stream
+            .as_ref()
+            .and_then(|s| s.positions(self.index))
+            .map_or(0, |p| p.line_of(path))
     }
 
     /// `kind` of the document, if it is a string.
@@ -192,7 +212,10 @@ pub fn is_yaml_name(path: &Path) -> bool {
 /// laughs"), so a hostile file cannot exhaust memory.
 pub fn parse_stream(origin: &str, text: &str) -> Result<Vec<Document>, ReadError> {
     let origin: Arc<str> = Arc::from(origin);
-    let positions = positions::index_stream(text);
+    let stream = Arc::new(StreamIndex {
+        text: Arc::from(text),
+        documents: OnceLock::new(),
+    });
     let mut docs = Vec::new();
     for (index, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value = Value::deserialize(de).map_err(|e| ReadError::Yaml {
@@ -201,18 +224,15 @@ pub fn parse_stream(origin: &str, text: &str) -> Result<Vec<Document>, ReadError
             line: e.location().map_or(1, |l| l.line()),
             message: strip_location(&e.to_string()),
         })?;
-        let positions = positions
-            .as_ref()
-            .and_then(|all| all.get(index).cloned())
-            .unwrap_or_default();
         if value.is_null() {
             continue;
         }
         if !value.is_object() {
+            let line = stream.positions(index).map_or(1, |p| p.start_line().max(1));
             return Err(ReadError::Yaml {
                 origin: origin.clone(),
                 document: index,
-                line: positions.start_line().max(1),
+                line,
                 message: "a Kubernetes manifest must be a mapping".into(),
             });
         }
@@ -220,7 +240,7 @@ pub fn parse_stream(origin: &str, text: &str) -> Result<Vec<Document>, ReadError
             origin: origin.clone(),
             index,
             value,
-            positions,
+            stream: Some(stream.clone()),
         });
     }
     Ok(docs)
