@@ -60,8 +60,16 @@ fn the_crd_is_established_and_explained() {
     block_on(async {
         let client = admin().await;
         install_crd(&client).await;
-        let (ok, out, err) = kubectl(&["explain", "openmedmodel.spec.rolloutStrategy"]);
-        assert!(ok, "kubectl explain failed: {err}");
+        // Established comes first; discovery and the published OpenAPI
+        // schema follow a moment later, so a first `explain` may not find
+        // the resource yet.
+        let (_, out, _) = wait_until(
+            "kubectl explain to find openmedmodel.spec.rolloutStrategy",
+            Duration::from_secs(60),
+            || async { kubectl(&["explain", "openmedmodel.spec.rolloutStrategy"]) },
+            |(ok, _, _)| *ok,
+        )
+        .await;
         assert!(out.contains("maxSurge"), "{out}");
         assert!(
             out.contains("how many extra pods may be created"),
