@@ -145,9 +145,14 @@ async fn run_scope(
     .reflect(autoscaler_writer)
     .touched_objects();
 
-    let controller = Controller::new(api::<RawModel>(&client, &scope), watcher::Config::default())
+    let (models, model_writer) = reflector::store();
+    let model_events = watcher(api::<RawModel>(&client, &scope), watcher::Config::default())
+        .default_backoff()
+        .modify(forget_managed_fields)
+        .reflect(model_writer)
+        .applied_objects();
+    let controller = Controller::for_stream(model_events, models.clone())
         .with_config(controller::Config::default().concurrency(options.concurrency));
-    let models = controller.store();
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());
     let context = Arc::new(Context {
         client: client.clone(),
@@ -202,8 +207,11 @@ async fn run_scope(
 /// Drops `metadata.managedFields` before an object is cached: `decide`
 /// never reads it, and it is often the largest part of an object, so the
 /// caches hold half as much or less.
+///
+/// `None`, not an empty list: a status update sends the cached object back,
+/// and an absent field is the one form every API server leaves alone.
 fn forget_managed_fields<K: ResourceExt>(object: &mut K) {
-    object.managed_fields_mut().clear();
+    object.meta_mut().managed_fields = None;
 }
 
 /// Completes on SIGTERM (what Kubernetes sends) or SIGINT.

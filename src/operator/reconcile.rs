@@ -15,10 +15,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalized, finalizer};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tracing::{info, instrument, warn};
 
@@ -308,13 +309,15 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
     let namespace = &view.namespace;
     let key = view.key();
     let target_name = rollout::target_name(view);
-    let in_namespace = |ns: Option<String>| ns.as_deref() == Some(namespace.as_str());
+    // Every resource is looked at again each resync, so these scans of the
+    // caches run N times per resync: compare in place, never allocate.
+    let in_namespace = |meta: &ObjectMeta| meta.namespace.as_deref() == Some(namespace.as_str());
 
     let target = match fresh.deployments.get(&target_name) {
         Some(d) => d.clone(),
         None => match ctx
             .deployments
-            .find(|d| in_namespace(d.namespace()) && d.name_any() == target_name)
+            .get(&ObjectRef::new(&target_name).within(namespace))
         {
             Some(d) => Some((*d).clone()),
             None => {
@@ -329,7 +332,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
         .deployments
         .state()
         .into_iter()
-        .filter(|d| in_namespace(d.namespace()) && annotated(d))
+        .filter(|d| in_namespace(&d.metadata) && annotated(d))
         .map(|d| (d.name_any(), (*d).clone()))
         .collect();
     if let Some(t) = &target
@@ -352,7 +355,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
 
     let mut config_maps: HashMap<String, ConfigMap> = HashMap::new();
     for cm in ctx.config_maps.state() {
-        if !in_namespace(cm.namespace()) {
+        if !in_namespace(&cm.metadata) {
             continue;
         }
         let owned = cm.owner_references().iter().any(|o| o.uid == view.uid)
@@ -365,10 +368,10 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
         if config_maps.contains_key(&name) || fresh.config_maps.contains_key(&name) {
             continue;
         }
-        let cached = ctx
+        match ctx
             .config_maps
-            .find(|c| in_namespace(c.namespace()) && c.name_any() == name);
-        match cached {
+            .get(&ObjectRef::new(&name).within(namespace))
+        {
             Some(cm) => {
                 config_maps.insert(name, (*cm).clone());
             }
@@ -397,8 +400,8 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
         .state()
         .into_iter()
         .filter(|m| {
-            in_namespace(m.namespace())
-                && m.name_any() != view.name
+            in_namespace(&m.metadata)
+                && m.metadata.name.as_deref() != Some(view.name.as_str())
                 && m.metadata.deletion_timestamp.is_none()
         })
         .filter(|m| m.target_name() == target_name)
@@ -409,7 +412,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
         .collect();
 
     let autoscaled = ctx.autoscalers.state().iter().any(|h| {
-        in_namespace(h.namespace())
+        in_namespace(&h.metadata)
             && h.spec.as_ref().is_some_and(|s| {
                 s.scale_target_ref.kind == "Deployment" && s.scale_target_ref.name == target_name
             })
