@@ -216,7 +216,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     let mut live = false;
     for _ in 0..MAX_PASSES {
         let view = current.view();
-        let world = gather(&view, ctx, &fresh).await?;
+        let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
         let decision = decide(&view, &world, ctx.settings, now.clone());
         if !decision.writes.is_empty() && !live {
@@ -268,7 +268,7 @@ async fn cleanup(obj: &RawModel, ctx: &Context) -> Result<Action, Error> {
     let view = obj.view();
     let mut fresh = Fresh::default();
     fresh.read_live(&view, ctx).await?;
-    let world = gather(&view, ctx, &fresh).await?;
+    let world = gather(&view, ctx, &mut fresh).await?;
     let now = now();
     let decision = decide(&view, &world, ctx.settings, now.clone());
     for event in &decision.events {
@@ -305,7 +305,7 @@ async fn wait_for_caches(ctx: &Context) {
 
 /// Reads the world from the caches; an object the caches cannot hold yet
 /// (a target not yet labelled, a ConfigMap not yet created) is read once.
-async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<World, Error> {
+async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result<World, Error> {
     let namespace = &view.namespace;
     let key = view.key();
     let target_name = rollout::target_name(view);
@@ -322,7 +322,10 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
             Some(d) => Some((*d).clone()),
             None => {
                 let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-                api.get_opt(&target_name).await?
+                let read = api.get_opt(&target_name).await?;
+                // As fresh as a live read before writing: not read twice.
+                fresh.deployments.insert(target_name.clone(), read.clone());
+                read
             }
         },
     };
@@ -379,7 +382,9 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &Fresh) -> Result<Wor
             // one of that name must not be overwritten.
             None if i == 0 => {
                 let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-                if let Some(cm) = api.get_opt(&name).await? {
+                let read = api.get_opt(&name).await?;
+                fresh.config_maps.insert(name.clone(), read.clone());
+                if let Some(cm) = read {
                     config_maps.insert(name, cm);
                 }
             }
