@@ -2,9 +2,9 @@
 
 /// jemalloc instead of the C library's allocator: the scale benchmark at
 /// 1,000 models measured a fifth less CPU to converge with it on glibc, at
-/// the same memory (`benches/results/2026-11-30-allocators.md`), and the
-/// static image would otherwise use musl's allocator, which is slower
-/// still under many threads.
+/// the same memory (`benches/results/2026-11-30-allocators.md`); and the
+/// static image would otherwise get musl's allocator, known to be slow
+/// when many threads allocate.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
