@@ -69,8 +69,13 @@ cluster_stop_all() {
 # cluster_launch NAME BINARY ARGS...: starts a detached process (own session,
 # stdin from /dev/null, output appended to DIR/logs/NAME.log, no inherited
 # descriptors) that outlives this script, and records its pid.
+#
+# It returns once that pid runs the NAME binary (or has exited). Until then
+# the pid is still a subshell, or a wrapper that execs the binary later, and
+# cluster_pid would take it for a dead component and forget it: on a busy
+# machine that failed startups and left the component running, unrecorded.
 cluster_launch() {
-	local name=$1 log_file="$DIR/logs/$1.log"
+	local name=$1 log_file="$DIR/logs/$1.log" pid exe deadline
 	shift
 	printf '\n=== %s starting %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" >>"$log_file"
 	(
@@ -80,7 +85,22 @@ cluster_launch() {
 		done
 		exec setsid "$@"
 	) </dev/null >>"$log_file" 2>&1 &
-	echo $! >"$DIR/pids/$name.pid"
+	pid=$!
+	echo "$pid" >"$DIR/pids/$name.pid"
+	deadline=$((SECONDS + 60))
+	while exe="$(readlink "/proc/$pid/exe" 2>/dev/null)" &&
+		[ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ]; do
+		exe="${exe% (deleted)}"
+		[ "$(basename "$exe")" != "$name" ] || return 0
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			log "$name (pid $pid) is still $exe after 60s; stopping it"
+			kill -KILL "$pid" 2>/dev/null || true
+			return 1
+		fi
+		sleep 0.05
+	done
+	# Exited before or right after exec: the caller's wait reports it with the log.
+	return 0
 }
 
 cluster_alive() { # NAME: the recorded process still runs

@@ -1,0 +1,173 @@
+//! The process bookkeeping of `tests/cluster` (state.sh), without a cluster:
+//! `up` and `down` must track exactly the processes they start, by pid,
+//! however slowly those processes get going.
+//!
+//! A stand-in component is a copy of `tail -f` named like a component and
+//! kept where the cache keeps built binaries, so `cluster_pid` accepts it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    /// A cache with an `etcd` that is really `tail`, and a cluster folder.
+    fn new() -> Sandbox {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("cache/openmed-op/cluster/test/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let tail = which("tail");
+        std::fs::copy(tail, bin.join("etcd")).unwrap();
+        for sub in ["cluster/pids", "cluster/logs"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        std::fs::write(dir.path().join("cluster/input"), "").unwrap();
+        // Execs its arguments a second late, as a loaded machine may.
+        let slow = dir.path().join("slow-exec");
+        std::fs::write(&slow, "#!/usr/bin/env bash\nsleep 1\nexec \"$@\"\n").unwrap();
+        make_executable(&slow);
+        Sandbox { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Runs `script` with state.sh's helpers loaded and DIR set; returns
+    /// (success, stdout, stderr).
+    fn bash(&self, script: &str) -> (bool, String, String) {
+        let cluster = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster");
+        let prelude = format!(
+            ". '{}/lib.sh' && . '{}/state.sh' && cluster_init_dir '{}'\n",
+            cluster.display(),
+            cluster.display(),
+            self.path("cluster").display()
+        );
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(prelude + script)
+            .env("XDG_CACHE_HOME", self.path("cache"))
+            .output()
+            .expect("bash runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn etcd(&self) -> String {
+        self.path("cache/openmed-op/cluster/test/bin/etcd")
+            .display()
+            .to_string()
+    }
+
+    fn recorded_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.path("cluster/pids/etcd.pid"))
+            .ok()
+            .map(|s| s.trim().parse().unwrap())
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // Never leave a stand-in behind, whatever the test did.
+        if let Some(pid) = self.recorded_pid() {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = Command::new("pkill")
+            .arg("-KILL")
+            .arg("-f")
+            .arg(self.path("cluster/input"))
+            .status();
+    }
+}
+
+fn which(tool: &str) -> PathBuf {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{tool} is installed");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+    // A zombie has exited; only its parent has not reaped it yet.
+    stat.is_ok_and(|s| s.split_whitespace().nth(2) != Some("Z"))
+}
+
+#[test]
+fn a_component_that_execs_late_is_tracked_from_launch() {
+    let sandbox = Sandbox::new();
+    let (ok, out, err) = sandbox.bash(&format!(
+        "cluster_launch etcd '{}' '{}' -f '{}' && cluster_pid etcd",
+        sandbox.path("slow-exec").display(),
+        sandbox.etcd(),
+        sandbox.path("cluster/input").display()
+    ));
+    assert!(ok, "launched and recognised at once; stderr:\n{err}");
+    let pid: i32 = out.trim().parse().expect("cluster_pid prints the pid");
+    assert_eq!(sandbox.recorded_pid(), Some(pid), "the pid file is kept");
+    assert!(alive(pid));
+
+    let (ok, _, err) = sandbox.bash("cluster_stop etcd");
+    assert!(ok, "{err}");
+    assert!(err.contains(&format!("stopping etcd (pid {pid})")), "{err}");
+    assert!(!alive(pid), "stopped by its recorded pid");
+    assert_eq!(sandbox.recorded_pid(), None, "and forgotten");
+}
+
+#[test]
+fn a_component_that_exits_at_once_is_reported_not_running() {
+    let sandbox = Sandbox::new();
+    // tail on a missing file exits with an error straight away.
+    let (ok, out, err) = sandbox.bash(&format!(
+        "cluster_launch etcd '{}' -f '{}'; cluster_wait_for $((SECONDS + 30)) 'something' false etcd",
+        sandbox.etcd(),
+        sandbox.path("cluster/missing").display(),
+    ));
+    assert!(!ok, "the wait fails: stdout {out}");
+    assert!(
+        err.contains("error: etcd exited while waiting for something"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cannot open"),
+        "the component's own error is shown from its log:\n{err}"
+    );
+}
+
+#[test]
+fn stop_stops_what_up_started_and_nothing_else() {
+    let sandbox = Sandbox::new();
+    // Same binary name, same folder in its arguments, but not started by us.
+    let mut stranger = Command::new(sandbox.etcd())
+        .arg("-f")
+        .arg(sandbox.path("cluster/input"))
+        .spawn()
+        .unwrap();
+    let (ok, out, err) = sandbox.bash(&format!(
+        "cluster_launch etcd '{}' -f '{}' && cluster_pid etcd && cluster_stop_all",
+        sandbox.etcd(),
+        sandbox.path("cluster/input").display()
+    ));
+    assert!(ok, "{err}");
+    let ours: i32 = out.trim().parse().unwrap();
+    assert!(!alive(ours), "the launched process is stopped");
+    assert!(
+        stranger.try_wait().unwrap().is_none(),
+        "a process it did not start keeps running"
+    );
+    stranger.kill().unwrap();
+    stranger.wait().unwrap();
+}
