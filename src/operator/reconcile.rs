@@ -156,8 +156,7 @@ impl Fresh {
             ctx.deployments
                 .state()
                 .iter()
-                .filter(|d| d.namespace().as_deref() == Some(namespace.as_str()))
-                .filter(|d| d.annotations().get(MODEL_RESOURCE_ANNOTATION) == Some(&key))
+                .filter(|d| in_namespace(&d.metadata, namespace) && claims(d, &key))
                 .map(|d| d.name_any()),
         );
         names.retain(|n| !self.deployments.contains_key(n));
@@ -173,11 +172,7 @@ impl Fresh {
             ctx.config_maps
                 .state()
                 .iter()
-                .filter(|c| c.namespace().as_deref() == Some(namespace.as_str()))
-                .filter(|c| {
-                    c.owner_references().iter().any(|o| o.uid == view.uid)
-                        || c.annotations().get(MODEL_RESOURCE_ANNOTATION) == Some(&key)
-                })
+                .filter(|c| in_namespace(&c.metadata, namespace) && owns(c, view, &key))
                 .map(|c| c.name_any()),
         );
         names.retain(|n| !self.config_maps.contains_key(n));
@@ -188,6 +183,50 @@ impl Fresh {
         self.config_maps.extend(names.into_iter().zip(found));
         Ok(())
     }
+}
+
+/// Reads one object the caches do not hold yet and keeps the answer with
+/// the live reads: it is as fresh as one, so it is not read twice before a
+/// write.
+async fn read_and_keep<K>(
+    seen: &mut HashMap<String, Option<K>>,
+    api: Api<K>,
+    name: &str,
+) -> Result<Option<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let read = api.get_opt(name).await?;
+    seen.insert(name.to_owned(), read.clone());
+    Ok(read)
+}
+
+// Which cached objects belong to a resource. Every resource is looked at
+// again each resync, so these run N times per resync over the caches:
+// compare in place, never allocate.
+
+fn in_namespace(meta: &ObjectMeta, namespace: &str) -> bool {
+    meta.namespace.as_deref() == Some(namespace)
+}
+
+/// A Deployment whose fields the resource `key` manages.
+fn claims(deployment: &Deployment, key: &str) -> bool {
+    deployment
+        .annotations()
+        .get(MODEL_RESOURCE_ANNOTATION)
+        .is_some_and(|v| v == key)
+}
+
+/// A ConfigMap of the resource: owned by it, or annotated with its key.
+fn owns(config_map: &ConfigMap, view: &ResourceView, key: &str) -> bool {
+    config_map
+        .owner_references()
+        .iter()
+        .any(|o| o.uid == view.uid)
+        || config_map
+            .annotations()
+            .get(MODEL_RESOURCE_ANNOTATION)
+            .is_some_and(|v| v == key)
 }
 
 /// Everything gathered for one decision.
@@ -308,9 +347,6 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
     let namespace = &view.namespace;
     let key = view.key();
     let target_name = rollout::target_name(view);
-    // Every resource is looked at again each resync, so these scans of the
-    // caches run N times per resync: compare in place, never allocate.
-    let in_namespace = |meta: &ObjectMeta| meta.namespace.as_deref() == Some(namespace.as_str());
 
     let target = match fresh.deployments.get(&target_name) {
         Some(d) => d.clone(),
@@ -320,31 +356,27 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         {
             Some(d) => Some((*d).clone()),
             None => {
-                let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-                let read = api.get_opt(&target_name).await?;
-                // As fresh as a live read before writing: not read twice.
-                fresh.deployments.insert(target_name.clone(), read.clone());
-                read
+                let api = Api::namespaced(ctx.client.clone(), namespace);
+                read_and_keep(&mut fresh.deployments, api, &target_name).await?
             }
         },
     };
 
-    let annotated = |d: &Deployment| d.annotations().get(MODEL_RESOURCE_ANNOTATION) == Some(&key);
     let mut claimed: HashMap<String, Deployment> = ctx
         .deployments
         .state()
         .into_iter()
-        .filter(|d| in_namespace(&d.metadata) && annotated(d))
+        .filter(|d| in_namespace(&d.metadata, namespace) && claims(d, &key))
         .map(|d| (d.name_any(), (*d).clone()))
         .collect();
     if let Some(t) = &target
-        && annotated(t)
+        && claims(t, &key)
     {
         claimed.insert(t.name_any(), t.clone());
     }
     for (name, d) in &fresh.deployments {
         match d {
-            Some(d) if annotated(d) => {
+            Some(d) if claims(d, &key) => {
                 claimed.insert(name.clone(), d.clone());
             }
             _ => {
@@ -357,12 +389,10 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
 
     let mut config_maps: HashMap<String, ConfigMap> = HashMap::new();
     for cm in ctx.config_maps.state() {
-        if !in_namespace(&cm.metadata) {
+        if !in_namespace(&cm.metadata, namespace) {
             continue;
         }
-        let owned = cm.owner_references().iter().any(|o| o.uid == view.uid)
-            || cm.annotations().get(MODEL_RESOURCE_ANNOTATION) == Some(&key);
-        if owned {
+        if owns(&cm, view, &key) {
             config_maps.insert(cm.name_any(), (*cm).clone());
         }
     }
@@ -380,10 +410,8 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
             // Only the current spec's ConfigMap is worth a read: a foreign
             // one of that name must not be overwritten.
             None if i == 0 => {
-                let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-                let read = api.get_opt(&name).await?;
-                fresh.config_maps.insert(name.clone(), read.clone());
-                if let Some(cm) = read {
+                let api = Api::namespaced(ctx.client.clone(), namespace);
+                if let Some(cm) = read_and_keep(&mut fresh.config_maps, api, &name).await? {
                     config_maps.insert(name, cm);
                 }
             }
@@ -404,7 +432,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         .state()
         .into_iter()
         .filter(|m| {
-            in_namespace(&m.metadata)
+            in_namespace(&m.metadata, namespace)
                 && m.metadata.name.as_deref() != Some(view.name.as_str())
                 && m.metadata.deletion_timestamp.is_none()
         })
@@ -416,7 +444,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         .collect();
 
     let autoscaled = ctx.autoscalers.state().iter().any(|h| {
-        in_namespace(&h.metadata)
+        in_namespace(&h.metadata, namespace)
             && h.spec.as_ref().is_some_and(|s| {
                 s.scale_target_ref.kind == "Deployment" && s.scale_target_ref.name == target_name
             })
