@@ -14,14 +14,27 @@ cluster_init_dir() {
 	DIR="${DIR%/}"
 }
 
+# _pid_running PID: PID has not finished exiting. A zombie (exited, not yet
+# reaped by its parent) has; a process still exiting has not, and may still
+# hold its ports, even after its /proc/PID/exe link is gone.
+_pid_running() {
+	[ -e "/proc/$1" ] && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# _pid_exe PID: prints the binary PID runs; fails once it is exiting.
+_pid_exe() {
+	local exe
+	_pid_running "$1" && exe="$(readlink "/proc/$1/exe" 2>/dev/null)" || return 1
+	echo "${exe% (deleted)}"
+}
+
 # cluster_pid NAME: prints the pid recorded for NAME if that process is alive
 # and still is our NAME binary started for this DIR; removes a stale pid file.
 cluster_pid() {
 	local f="$DIR/pids/$1.pid" pid exe
 	[ -f "$f" ] || return 1
 	pid="$(cat "$f")"
-	if [[ "$pid" =~ ^[0-9]+$ ]] && exe="$(readlink "/proc/$pid/exe" 2>/dev/null)"; then
-		exe="${exe% (deleted)}"
+	if [[ "$pid" =~ ^[0-9]+$ ]] && exe="$(_pid_exe "$pid")"; then
 		if [ "$(basename "$exe")" = "$1" ] && [[ "$exe" == "$CLUSTER_CACHE_ROOT"/* ]] &&
 			tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/"; then
 			echo "$pid"
@@ -36,8 +49,7 @@ cluster_pid() {
 cluster_running_bin_dir() {
 	local pid exe
 	pid="$(cluster_pid kube-apiserver)" || return 0
-	exe="$(readlink "/proc/$pid/exe")"
-	dirname "${exe% (deleted)}"
+	exe="$(_pid_exe "$pid")" && dirname "$exe"
 }
 
 cluster_stop() { # NAME [GRACE_SECONDS]
@@ -46,15 +58,13 @@ cluster_stop() { # NAME [GRACE_SECONDS]
 	log "stopping $1 (pid $pid)"
 	kill -TERM "$pid" 2>/dev/null || true
 	for ((i = 0; i < grace * 10; i++)); do
-		[ -e "/proc/$pid" ] || break
-		# A zombie (exited, not yet reaped by its parent) counts as stopped.
-		[ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ] || break
+		_pid_running "$pid" || break
 		sleep 0.1
 	done
-	if [ -e "/proc/$pid" ] && [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
+	if _pid_running "$pid"; then
 		log "$1 (pid $pid) did not stop within ${grace}s; killing it"
 		kill -KILL "$pid" 2>/dev/null || true
-		for ((i = 0; i < 50; i++)); do [ -e "/proc/$pid" ] || break; sleep 0.1; done
+		for ((i = 0; i < 50; i++)); do _pid_running "$pid" || break; sleep 0.1; done
 	fi
 	rm -f "$DIR/pids/$1.pid"
 }
@@ -88,9 +98,7 @@ cluster_launch() {
 	pid=$!
 	echo "$pid" >"$DIR/pids/$name.pid"
 	deadline=$((SECONDS + 60))
-	while exe="$(readlink "/proc/$pid/exe" 2>/dev/null)" &&
-		[ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ]; do
-		exe="${exe% (deleted)}"
+	while exe="$(_pid_exe "$pid")"; do
 		[ "$(basename "$exe")" != "$name" ] || return 0
 		if [ "$SECONDS" -ge "$deadline" ]; then
 			log "$name (pid $pid) is still $exe after 60s; stopping it"
