@@ -28,6 +28,12 @@ pub const MANAGED_OPT_IN_LABEL: &str = "openmed.ai/managed";
 /// Standard label on objects the operator creates.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
+/// Label on a manifest snapshot ConfigMap and on the pod template that
+/// references it, holding the snapshot's short hash. The Deployment
+/// controller copies template labels to every ReplicaSet, so the operator
+/// learns from ReplicaSet metadata alone which snapshots a revision needs.
+pub const MANIFEST_SNAPSHOT_LABEL: &str = "openmed.ai/model-manifest";
+
 /// Label on the ConfigMap naming the model family.
 pub const FAMILY_LABEL: &str = "openmed.ai/model-family";
 

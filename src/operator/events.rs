@@ -24,10 +24,22 @@ use crate::plan::canonical::hex;
 use crate::rollout::{Event, EventType};
 
 /// Writes events; remembers counts so repeats cost one request.
+///
+/// The counts are kept per resource (by UID) and only for its current
+/// generation, since event names carry the generation: memory stays
+/// bounded by the resources that exist, and [`Recorder::forget`] drops a
+/// deleted one's.
 pub struct Recorder {
     client: Client,
     instance: String,
-    counts: Mutex<HashMap<String, i32>>,
+    counts: Mutex<HashMap<String, GenerationCounts>>,
+}
+
+/// The counts of one resource's events in one generation.
+#[derive(Default)]
+struct GenerationCounts {
+    generation: i64,
+    by_name: HashMap<String, i32>,
 }
 
 impl Recorder {
@@ -38,6 +50,41 @@ impl Recorder {
             instance,
             counts: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Forgets the counts of a resource that is gone.
+    pub fn forget(&self, resource: &RawModel) {
+        let uid = resource.uid().unwrap_or_default();
+        self.counts.lock().expect("event counts").remove(&uid);
+    }
+
+    fn known(&self, resource: &RawModel, name: &str) -> Option<i32> {
+        let uid = resource.uid().unwrap_or_default();
+        let generation = resource.metadata.generation.unwrap_or(0);
+        let counts = self.counts.lock().expect("event counts");
+        let of = counts.get(&uid).filter(|c| c.generation == generation)?;
+        of.by_name.get(name).copied()
+    }
+
+    fn remember(&self, resource: &RawModel, name: String, count: i32) {
+        let uid = resource.uid().unwrap_or_default();
+        let generation = resource.metadata.generation.unwrap_or(0);
+        let mut counts = self.counts.lock().expect("event counts");
+        let of = counts.entry(uid).or_default();
+        if of.generation != generation {
+            // A new generation names new events: the old counts are done.
+            *of = GenerationCounts {
+                generation,
+                by_name: HashMap::new(),
+            };
+        }
+        of.by_name.insert(name, count);
+    }
+
+    /// How many resources have counts remembered (for tests).
+    #[cfg(test)]
+    fn remembered(&self) -> usize {
+        self.counts.lock().expect("event counts").len()
     }
 
     /// The deterministic name of an occurrence.
@@ -97,16 +144,11 @@ impl Recorder {
         };
         match api.create(&PostParams::default(), &body).await {
             Ok(_) => {
-                self.counts.lock().expect("event counts").insert(name, 1);
+                self.remember(resource, name, 1);
                 Ok(())
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                let known = self
-                    .counts
-                    .lock()
-                    .expect("event counts")
-                    .get(&name)
-                    .copied();
+                let known = self.known(resource, &name);
                 let count = match known {
                     Some(c) => c,
                     None => api.get(&name).await?.count.unwrap_or(1),
@@ -115,10 +157,7 @@ impl Recorder {
                     json!({ "count": count, "lastTimestamp": now, "message": event.message });
                 api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                     .await?;
-                self.counts
-                    .lock()
-                    .expect("event counts")
-                    .insert(name, count);
+                self.remember(resource, name, count);
                 Ok(())
             }
             Err(e) => Err(e),

@@ -56,6 +56,8 @@ pub struct Metrics {
     writes: Family<WriteLabels, Counter>,
     drift: Counter,
     active: Gauge<i64, AtomicI64>,
+    backoff: Gauge<i64, AtomicI64>,
+    failing_watches: Gauge<i64, AtomicI64>,
 }
 
 impl Default for Metrics {
@@ -71,6 +73,18 @@ impl Default for Metrics {
         let writes = Family::<WriteLabels, Counter>::default();
         let drift = Counter::default();
         let active = Gauge::<i64, AtomicI64>::default();
+        let backoff = Gauge::<i64, AtomicI64>::default();
+        let failing_watches = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "openmed_operator_resources_in_backoff",
+            "OpenMedModels whose last reconcile failed and that wait to be retried",
+            backoff.clone(),
+        );
+        registry.register(
+            "openmed_operator_failing_watches",
+            "Watches whose last attempt failed (readiness fails when one fails for over 60 s)",
+            failing_watches.clone(),
+        );
         registry.register(
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller, by result",
@@ -121,11 +135,23 @@ impl Default for Metrics {
             writes,
             drift,
             active,
+            backoff,
+            failing_watches,
         }
     }
 }
 
 impl Metrics {
+    /// Sets how many resources wait in backoff after a failure.
+    pub fn in_backoff(&self, n: usize) {
+        self.backoff.set(n as i64);
+    }
+
+    /// Sets how many watches are failing now.
+    pub fn watches_failing(&self, n: usize) {
+        self.failing_watches.set(n as i64);
+    }
+
     /// Counts one finished reconcile.
     pub fn reconciled(&self, result: &'static str, took: Duration) {
         self.reconciles

@@ -8,6 +8,7 @@
 //! network peer is the Kubernetes API server.
 
 mod events;
+mod health;
 mod http;
 mod metrics;
 mod model;
@@ -18,11 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
+use kube::api::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{error, info, warn};
@@ -30,9 +32,11 @@ use tracing::{error, info, warn};
 pub use model::RawModel;
 
 use crate::api::names::{
-    FIELD_MANAGER, MANAGED_BY_LABEL, MODEL_RESOURCE_ANNOTATION, OPERATED_BY_LABEL,
+    FIELD_MANAGER, MANAGED_BY_LABEL, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
+    OPERATED_BY_LABEL,
 };
 use crate::rollout::Settings;
+use health::Health;
 use metrics::Metrics;
 use reconcile::Context;
 
@@ -55,6 +59,12 @@ pub struct Options {
     pub settings: Settings,
 }
 
+/// Time limits of one request (not of a watch, which the watcher bounds
+/// with its own idle timeout): a server that stops answering fails the
+/// reconcile, which backs off and retries, instead of hanging a worker.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Runs until SIGTERM or SIGINT, then finishes the reconciles in flight.
 pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     let mut config = kube::Config::infer().await?;
@@ -64,16 +74,30 @@ pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         ::http::header::USER_AGENT,
         ::http::HeaderValue::from_static(USER_AGENT),
     ));
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    // Watches stay open for minutes with nothing to read: they get a
+    // client without a read timeout, and every other request one with it.
+    let watch_client = Client::try_from(config.clone())?;
+    config.read_timeout = Some(REQUEST_TIMEOUT);
+    config.write_timeout = Some(REQUEST_TIMEOUT);
+    config.reset_reader_on_write = true;
     let client = Client::try_from(config)?;
     let metrics = Arc::new(Metrics::default());
     let shutdown = shutdown_signal().shared();
-    let (addr, http) = http::serve(options.listen, metrics.clone(), shutdown.clone()).await?;
-    info!(%addr, "serving /healthz and /metrics");
     let scopes: Vec<Option<String>> = if options.namespaces.is_empty() {
         vec![None]
     } else {
         options.namespaces.iter().cloned().map(Some).collect()
     };
+    let health = Arc::new(Health::new(scopes.len()));
+    let (addr, http) = http::serve(
+        options.listen,
+        metrics.clone(),
+        health.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+    info!(%addr, "serving /healthz, /readyz and /metrics");
     info!(
         namespaces = ?options.namespaces,
         resync = ?options.resync,
@@ -82,7 +106,11 @@ pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     );
     let controllers = scopes.into_iter().map(|scope| {
         run_scope(
-            client.clone(),
+            Clients {
+                requests: client.clone(),
+                watches: watch_client.clone(),
+            },
+            health.clone(),
             scope,
             &options,
             metrics.clone(),
@@ -108,64 +136,133 @@ where
     }
 }
 
+/// The two clients: one whose requests time out, one for watches.
+struct Clients {
+    requests: Client,
+    watches: Client,
+}
+
+/// Passes a watch stream through, recording each event or error in the
+/// readiness state.
+fn observed<T, E>(
+    stream: impl futures::Stream<Item = Result<T, E>>,
+    watch: &'static str,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+) -> impl futures::Stream<Item = Result<T, E>> {
+    stream.inspect(move |item| {
+        health.observe(watch, item.is_ok(), std::time::Instant::now());
+        metrics.watches_failing(health.failing_watches());
+    })
+}
+
 async fn run_scope(
-    client: Client,
+    clients: Clients,
+    health: Arc<Health>,
     scope: Option<String>,
     options: &Options,
     metrics: Arc<Metrics>,
     shutdown: futures::future::Shared<impl Future<Output = ()> + Send + 'static>,
 ) {
+    let client = &clients.watches;
     let (deployments, deployment_writer) = reflector::store();
-    let deployment_events = watcher(
-        api::<Deployment>(&client, &scope),
-        watcher::Config::default().labels(&format!("{OPERATED_BY_LABEL}={FIELD_MANAGER}")),
+    let deployment_events = observed(
+        watcher(
+            api::<Deployment>(client, &scope),
+            watcher::Config::default().labels(&format!("{OPERATED_BY_LABEL}={FIELD_MANAGER}")),
+        )
+        .default_backoff(),
+        "deployments",
+        health.clone(),
+        metrics.clone(),
     )
-    .default_backoff()
-    .modify(forget_managed_fields)
+    .modify(keep_own_apply_time)
     .reflect(deployment_writer)
     .touched_objects();
 
     let (config_maps, config_map_writer) = reflector::store();
-    let config_map_events = watcher(
-        api::<ConfigMap>(&client, &scope),
-        watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}")),
+    let config_map_events = observed(
+        watcher(
+            api::<ConfigMap>(client, &scope),
+            watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}")),
+        )
+        .default_backoff(),
+        "configmaps",
+        health.clone(),
+        metrics.clone(),
     )
-    .default_backoff()
     .modify(forget_managed_fields)
     .reflect(config_map_writer)
     .touched_objects();
 
     let (autoscalers, autoscaler_writer) = reflector::store();
-    let autoscaler_events = watcher(
-        api::<HorizontalPodAutoscaler>(&client, &scope),
-        watcher::Config::default(),
+    let autoscaler_events = observed(
+        watcher(
+            api::<HorizontalPodAutoscaler>(client, &scope),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+        "horizontalpodautoscalers",
+        health.clone(),
+        metrics.clone(),
     )
-    .default_backoff()
     .modify(forget_managed_fields)
     .reflect(autoscaler_writer)
     .touched_objects();
 
+    // Only the metadata of ReplicaSets whose template references a
+    // snapshot: their labels say which snapshots a revision still needs.
+    let (replica_sets, replica_set_writer) = reflector::store();
+    let replica_set_events = observed(
+        watcher(
+            api::<PartialObjectMeta<ReplicaSet>>(client, &scope),
+            watcher::Config::default().labels(MANIFEST_SNAPSHOT_LABEL),
+        )
+        .default_backoff(),
+        "replicasets",
+        health.clone(),
+        metrics.clone(),
+    )
+    .modify(forget_managed_fields)
+    .reflect(replica_set_writer)
+    .touched_objects();
+
     let (models, model_writer) = reflector::store();
-    let model_events = watcher(api::<RawModel>(&client, &scope), watcher::Config::default())
-        .default_backoff()
-        .modify(forget_managed_fields)
+    let model_events = observed(
+        watcher(api::<RawModel>(client, &scope), watcher::Config::default()).default_backoff(),
+        "openmedmodels",
+        health.clone(),
+        metrics.clone(),
+    )
+    .modify(forget_managed_fields)
         .reflect(model_writer)
         .applied_objects();
     let controller = Controller::for_stream(model_events, models.clone())
         .with_config(controller::Config::default().concurrency(options.concurrency));
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());
+    let client = clients.requests;
     let context = Arc::new(Context {
         client: client.clone(),
         models: models.clone(),
         deployments,
         config_maps,
         autoscalers,
+        replica_sets,
         settings: options.settings,
         resync: options.resync,
         metrics,
         recorder: events::Recorder::new(client, instance),
         failures: Mutex::new(std::collections::HashMap::new()),
     });
+    {
+        // Ready once every cache of this scope holds a full list.
+        let (context, health) = (context.clone(), health.clone());
+        tokio::spawn(async move {
+            if reconcile::wait_for_caches(&context).await.is_ok() {
+                health.synced();
+            }
+        });
+    }
     controller
         .owns_stream(config_map_events)
         .watches_stream(deployment_events, |deployment: Deployment| {
@@ -177,6 +274,9 @@ async fn run_scope(
             let (namespace, name) = owner.split_once('/')?;
             Some(ObjectRef::<RawModel>::new(name).within(namespace))
         })
+        // ReplicaSets only fill their cache: a snapshot they stop needing is
+        // collected at the model's next resync.
+        .watches_stream(replica_set_events, |_| None::<ObjectRef<RawModel>>)
         .watches_stream(autoscaler_events, move |hpa: HorizontalPodAutoscaler| {
             let namespace = hpa.namespace().unwrap_or_default();
             let target = hpa
@@ -212,6 +312,30 @@ async fn run_scope(
 /// and an absent field is the one form every API server leaves alone.
 fn forget_managed_fields<K: ResourceExt>(object: &mut K) {
     object.meta_mut().managed_fields = None;
+}
+
+/// Like [`forget_managed_fields`], but keeps the time of the operator's own
+/// last apply (without its field list): `decide` judges a rollout's
+/// deadline from when that write landed by the API server's clock, and
+/// after a restart the cache is where it finds it.
+fn keep_own_apply_time(deployment: &mut Deployment) {
+    let own = deployment
+        .metadata
+        .managed_fields
+        .take()
+        .into_iter()
+        .flatten()
+        .filter(|m| {
+            m.manager.as_deref() == Some(FIELD_MANAGER)
+                && m.operation.as_deref() == Some("Apply")
+                && m.subresource.as_deref().unwrap_or_default().is_empty()
+        })
+        .map(|mut m| {
+            m.fields_v1 = None;
+            m
+        })
+        .collect::<Vec<_>>();
+    deployment.metadata.managed_fields = (!own.is_empty()).then_some(own);
 }
 
 /// Completes on SIGTERM (what Kubernetes sends) or SIGINT.

@@ -6,18 +6,25 @@
 //! the writes it announces (so a crash never loses an intent or counts a
 //! rollback twice), then emits events, then writes, then decides again with
 //! what the writes returned.
+//!
+//! Every failure (an API error, a conflict, a timeout, a decision that
+//! does not settle) is an error: it backs off per object, 1 s doubling to
+//! 5 min, is counted in a metric by category, and is reported in the
+//! resource's `Reconciling` condition until a decision succeeds again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, DeleteParams, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams,
+    Preconditions,
+};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalized, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tracing::{info, instrument, warn};
@@ -25,13 +32,21 @@ use tracing::{info, instrument, warn};
 use super::events::Recorder;
 use super::metrics::Metrics;
 use super::model::RawModel;
-use crate::api::names::{FIELD_MANAGER, FINALIZER, MODEL_RESOURCE_ANNOTATION};
+use crate::api::names::{
+    FIELD_MANAGER, FINALIZER, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
+};
 use crate::api::{API_VERSION, KIND, OpenMedModelStatus};
 use crate::rollout::{self, Decision, Observed, ResourceView, Rival, Settings, Write};
 
 /// Passes of decide-and-write in one reconcile; a decision needs at most
-/// three (intent, writes, record the generation).
-const MAX_PASSES: usize = 5;
+/// four (intent, writes, record the generation, tidy the ConfigMaps).
+const MAX_PASSES: usize = 6;
+
+/// How long a reconcile waits for the caches to hold a full list.
+const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long one event may take to record before it is given up (logged).
+const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Errors of a reconcile, each with a stable category for metrics.
 #[derive(Debug, thiserror::Error)]
@@ -39,12 +54,16 @@ pub enum Error {
     /// A Kubernetes API request failed.
     #[error("Kubernetes API: {0}")]
     Api(#[from] kube::Error),
-    /// Adding or removing the finalizer failed.
-    #[error("finalizer: {0}")]
-    Finalizer(String),
     /// An object did not serialize.
     #[error("serialization: {0}")]
     Serialize(#[from] serde_json::Error),
+    /// The caches did not sync in time.
+    #[error("the watch caches did not sync within {}s", CACHE_SYNC_TIMEOUT.as_secs())]
+    CacheSync,
+    /// The decisions kept asking for writes: something rewrites what the
+    /// operator writes (a webhook, another controller), or the cache lags.
+    #[error("still asked for writes after {MAX_PASSES} passes: {0}")]
+    NotConverged(String),
 }
 
 impl Error {
@@ -55,8 +74,9 @@ impl Error {
             Error::Api(kube::Error::Api(s)) if s.code >= 500 => "server",
             Error::Api(kube::Error::Api(_)) => "client",
             Error::Api(_) => "transport",
-            Error::Finalizer(_) => "finalizer",
             Error::Serialize(_) => "serialization",
+            Error::CacheSync => "cache-sync",
+            Error::NotConverged(_) => "not-converged",
         }
     }
 }
@@ -73,6 +93,8 @@ pub struct Context {
     pub config_maps: Store<ConfigMap>,
     /// HorizontalPodAutoscalers in scope.
     pub autoscalers: Store<HorizontalPodAutoscaler>,
+    /// Metadata of the ReplicaSets whose template references a snapshot.
+    pub replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
     /// Policy switches.
     pub settings: Settings,
     /// How often a steady resource is looked at again (from the caches).
@@ -93,27 +115,37 @@ pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, 
     let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     let api: Api<RawModel> =
         Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-    let result = finalizer(&api, FINALIZER, obj, |event| async {
-        match event {
-            Finalized::Apply(obj) => apply(&obj, &ctx).await,
-            Finalized::Cleanup(obj) => cleanup(&obj, &ctx).await,
+    let has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
+    let result = if obj.metadata.deletion_timestamp.is_some() {
+        if has_finalizer {
+            cleanup(&obj, &ctx, &api).await
+        } else {
+            Ok(Action::await_change())
         }
-    })
-    .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        kube::runtime::finalizer::Error::AddFinalizer(e)
-        | kube::runtime::finalizer::Error::RemoveFinalizer(e) => Error::Api(e),
-        other => Error::Finalizer(other.to_string()),
-    });
+    } else if !has_finalizer {
+        // The finalizer first, so the target is never claimed by a
+        // resource that could vanish without releasing it. Its own watch
+        // event brings the resource back.
+        add_finalizer(&api, &obj)
+            .await
+            .map(|()| Action::await_change())
+    } else {
+        apply(&obj, &ctx).await
+    };
     let outcome = match &result {
         Ok(_) => "success",
         Err(_) => "error",
     };
     ctx.metrics.reconciled(outcome, started.elapsed());
-    if result.is_ok() {
-        ctx.failures.lock().expect("failures").remove(&key);
+    {
+        let mut failures = ctx.failures.lock().expect("failures");
+        if result.is_ok() {
+            failures.remove(&key);
+        }
+        ctx.metrics.in_backoff(failures.len());
+    }
+    if let Err(e) = &result {
+        report_error(&api, &obj, e).await;
     }
     result
 }
@@ -125,10 +157,86 @@ pub fn error_policy(obj: Arc<RawModel>, error: &Error, ctx: Arc<Context>) -> Act
     ctx.metrics.failed(error.category());
     let mut failures = ctx.failures.lock().expect("failures");
     let n = failures.entry(key.clone()).or_insert(0);
-    *n = (*n + 1).min(16);
-    let delay = Duration::from_secs((1u64 << (*n - 1)).min(300));
+    *n = n.saturating_add(1);
+    let delay = backoff(*n);
+    ctx.metrics.in_backoff(failures.len());
     warn!(resource = %key, error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
+}
+
+/// The delay after `failures` consecutive failures: 1 s, doubling, at most 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(16);
+    Duration::from_secs((1u64 << exponent).min(300))
+}
+
+/// Shows a failed reconcile in the resource's `Reconciling` condition
+/// (best effort: the API may be what failed). The message names only the
+/// error's category and code, so a repeat of the same failure is a no-op
+/// write that wakes nobody.
+async fn report_error(api: &Api<RawModel>, obj: &RawModel, error: &Error) {
+    if obj.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let view = obj.view();
+    let mut conditions = view.status.conditions.clone();
+    let code = match error {
+        Error::Api(kube::Error::Api(s)) => format!(" (HTTP {} {})", s.code, s.reason),
+        _ => String::new(),
+    };
+    let message = format!(
+        "reconcile failed: {}{code}; retrying with backoff",
+        error.category()
+    );
+    rollout::conditions::set(
+        &mut conditions,
+        rollout::conditions::RECONCILING,
+        true,
+        rollout::reason::RETRYING_AFTER_ERROR,
+        message,
+        view.generation,
+        &now(),
+    );
+    if conditions == view.status.conditions {
+        return;
+    }
+    let patch = serde_json::json!({ "status": { "conditions": conditions } });
+    if let Err(e) = api
+        .patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        warn!(error = %e, "could not report the error in the Reconciling condition");
+    }
+}
+
+async fn add_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error> {
+    // The resourceVersion makes the patch fail rather than overwrite a
+    // list another writer changed meanwhile.
+    let mut finalizers = obj.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_owned());
+    let patch = serde_json::json!({ "metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": obj.resource_version(),
+    }});
+    api.patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+async fn remove_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error> {
+    let finalizers: Vec<&String> = obj.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+    let patch = serde_json::json!({ "metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": obj.resource_version(),
+    }});
+    match api
+        .patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Objects newer than the caches: read live, or returned by this
@@ -236,6 +344,7 @@ struct World {
     config_maps: Vec<ConfigMap>,
     rivals: Vec<Rival>,
     autoscaled: bool,
+    replica_set_snapshots: Vec<String>,
 }
 
 fn now() -> Time {
@@ -246,12 +355,13 @@ fn now() -> Time {
 }
 
 async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
-    wait_for_caches(ctx).await;
+    wait_for_caches(ctx).await?;
     let namespace = obj.namespace().unwrap_or_default();
     let models: Api<RawModel> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut current = obj.clone();
     let mut fresh = Fresh::default();
     let mut live = false;
+    let mut last_writes = String::new();
     for _ in 0..MAX_PASSES {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
@@ -263,59 +373,81 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
             continue;
         }
         if decision.status != view.status {
-            match write_status(&models, &current, &decision.status, ctx).await {
-                Ok(updated) => current = updated,
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    // Someone else changed the resource; the watch brings
-                    // the new version and this reconcile starts over.
-                    return Ok(Action::requeue(Duration::from_secs(1)));
-                }
-                Err(e) => return Err(e.into()),
-            }
+            // A conflict (someone else changed the resource) is an error
+            // like any other: it backs off, and the watch event that the
+            // other change brings starts a fresh reconcile.
+            current = write_status(&models, &current, &decision.status, ctx).await?;
         }
-        for event in &decision.events {
-            ctx.metrics
-                .observe_event(event, decision.status.rollback_request.as_deref());
-            info!(reason = event.reason, message = %event.message, "event");
-        }
-        if !decision.events.is_empty() {
-            // Events tell people what happened; they are not on the path
-            // from a change to the writes it needs.
-            let (ctx, resource, events) = (ctx.clone(), current.clone(), decision.events.clone());
-            tokio::spawn(async move {
-                for event in &events {
-                    if let Err(e) = ctx.recorder.record(&resource, event, &now).await {
-                        warn!(error = %e, reason = event.reason, "could not record event");
-                    }
-                }
-            });
-        }
+        record_events(ctx, &current, &decision, &now).await;
         if decision.writes.is_empty() {
             let resync = ctx.resync;
             let after = decision.requeue_after.map_or(resync, |d| d.min(resync));
             return Ok(Action::requeue(after));
         }
+        last_writes = describe(&decision.writes);
         execute(&decision.writes, &namespace, ctx, &mut fresh).await?;
     }
-    Ok(Action::requeue(Duration::from_secs(1)))
+    Err(Error::NotConverged(last_writes))
 }
 
-async fn cleanup(obj: &RawModel, ctx: &Context) -> Result<Action, Error> {
-    wait_for_caches(ctx).await;
+/// Deletion: release, wait until nothing reads the ConfigMaps, delete
+/// them, and only then let the resource go.
+async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<Action, Error> {
+    wait_for_caches(ctx).await?;
     let namespace = obj.namespace().unwrap_or_default();
     let view = obj.view();
     let mut fresh = Fresh::default();
     fresh.read_live(&view, ctx).await?;
-    let world = gather(&view, ctx, &mut fresh).await?;
-    let now = now();
-    let decision = decide(&view, &world, ctx.settings, now.clone());
+    let mut last_writes = String::new();
+    for _ in 0..MAX_PASSES {
+        let world = gather(&view, ctx, &mut fresh).await?;
+        let now = now();
+        let decision = decide(&view, &world, ctx.settings, now.clone());
+        record_events(ctx, obj, &decision, &now).await;
+        if decision.finished {
+            remove_finalizer(api, obj).await?;
+            ctx.recorder.forget(obj);
+            return Ok(Action::await_change());
+        }
+        if decision.writes.is_empty() {
+            let wait = decision.requeue_after.unwrap_or(ctx.resync);
+            return Ok(Action::requeue(wait));
+        }
+        last_writes = describe(&decision.writes);
+        execute(&decision.writes, &namespace, ctx, &mut fresh).await?;
+    }
+    Err(Error::NotConverged(last_writes))
+}
+
+/// Records a decision's events, each bounded in time: they tell people what
+/// happened, and a slow event must not hold a worker, nor a lost one undo
+/// the decision (its status is already written).
+async fn record_events(ctx: &Context, resource: &RawModel, decision: &Decision, now: &Time) {
     for event in &decision.events {
-        if let Err(e) = ctx.recorder.record(obj, event, &now).await {
-            warn!(error = %e, reason = event.reason, "could not record event");
+        ctx.metrics
+            .observe_event(event, decision.status.rollback_request.as_deref());
+        info!(reason = event.reason, message = %event.message, "event");
+        match tokio::time::timeout(EVENT_TIMEOUT, ctx.recorder.record(resource, event, now)).await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, reason = event.reason, "could not record event"),
+            Err(_) => warn!(reason = event.reason, "recording the event timed out"),
         }
     }
-    execute(&decision.writes, &namespace, ctx, &mut fresh).await?;
-    Ok(Action::await_change())
+}
+
+/// A short account of writes, for the not-converged error.
+fn describe(writes: &[Write]) -> String {
+    writes
+        .iter()
+        .map(|w| match w {
+            Write::ApplyConfigMap(cm) => format!("apply ConfigMap {}", cm.name_any()),
+            Write::DeleteConfigMap { name, .. } => format!("delete ConfigMap {name}"),
+            Write::MergePatchDeployment { name, .. } => format!("patch Deployment {name}"),
+            Write::ApplyDeployment { name, .. } => format!("apply Deployment {name}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn decide(view: &ResourceView, world: &World, settings: Settings, now: Time) -> Decision {
@@ -328,17 +460,27 @@ fn decide(view: &ResourceView, world: &World, settings: Settings, now: Time) -> 
         rivals: &world.rivals,
         claimed: &claimed,
         config_maps: &config_maps,
+        replica_set_snapshots: &world.replica_set_snapshots,
         settings,
         now,
     })
 }
 
-async fn wait_for_caches(ctx: &Context) {
-    // Deciding from a half-filled cache could miss a Deployment to release
-    // or a ConfigMap to delete.
-    let _ = ctx.deployments.wait_until_ready().await;
-    let _ = ctx.config_maps.wait_until_ready().await;
-    let _ = ctx.autoscalers.wait_until_ready().await;
+/// Waits, within [`CACHE_SYNC_TIMEOUT`], until every cache holds a full
+/// list: deciding from a half-filled cache could miss a Deployment to
+/// release or a ConfigMap still in use.
+pub async fn wait_for_caches(ctx: &Context) -> Result<(), Error> {
+    let all = async {
+        ctx.deployments.wait_until_ready().await?;
+        ctx.config_maps.wait_until_ready().await?;
+        ctx.autoscalers.wait_until_ready().await?;
+        ctx.replica_sets.wait_until_ready().await?;
+        ctx.models.wait_until_ready().await
+    };
+    match tokio::time::timeout(CACHE_SYNC_TIMEOUT, all).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(Error::CacheSync),
+    }
 }
 
 /// Reads the world from the caches; an object the caches cannot hold yet
@@ -432,11 +574,13 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         .state()
         .into_iter()
         .filter(|m| {
-            in_namespace(&m.metadata, namespace)
-                && m.metadata.name.as_deref() != Some(view.name.as_str())
-                && m.metadata.deletion_timestamp.is_none()
+            rollout::is_rival(
+                view,
+                m.metadata.namespace.as_deref().unwrap_or_default(),
+                m.metadata.name.as_deref().unwrap_or_default(),
+                m.target_name(),
+            )
         })
-        .filter(|m| m.target_name() == target_name)
         .map(|m| Rival {
             key: format!("{namespace}/{}", m.name_any()),
             created: m.metadata.creation_timestamp.clone(),
@@ -450,12 +594,23 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
             })
     });
 
+    let mut replica_set_snapshots: Vec<String> = ctx
+        .replica_sets
+        .state()
+        .iter()
+        .filter(|rs| in_namespace(&rs.metadata, namespace))
+        .filter_map(|rs| rs.labels().get(MANIFEST_SNAPSHOT_LABEL).cloned())
+        .collect();
+    replica_set_snapshots.sort();
+    replica_set_snapshots.dedup();
+
     Ok(World {
         target,
         claimed,
         config_maps,
         rivals,
         autoscaled,
+        replica_set_snapshots,
     })
 }
 
@@ -527,7 +682,7 @@ async fn execute(
             Write::ApplyDeployment {
                 name,
                 body,
-                best_effort,
+                release,
             } => {
                 let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
                 ctx.metrics.wrote("deployments", "apply");
@@ -535,8 +690,17 @@ async fn execute(
                     Ok(stored) => {
                         fresh.deployments.insert(name.clone(), Some(stored));
                     }
-                    Err(kube::Error::Api(s)) if *best_effort && (400..500).contains(&s.code) => {
-                        warn!(deployment = %name, code = s.code, message = %s.message, "could not release the Deployment; leaving it as it is");
+                    // A Deployment deleted meanwhile needs no release (an
+                    // apply would try to create it and be refused as
+                    // invalid). Anything else, a 403 or a 429 included,
+                    // fails: what depends on the release must wait for it.
+                    Err(kube::Error::Api(s))
+                        if *release
+                            && (s.code == 404
+                                || (s.code == 422 && api.get_opt(name).await?.is_none())) =>
+                    {
+                        info!(deployment = %name, "the Deployment to release is gone");
+                        fresh.deployments.insert(name.clone(), None);
                     }
                     Err(e) => return Err(e.into()),
                 }

@@ -16,15 +16,17 @@ use serde_json::{Map, Value, json};
 
 use super::{ResourceId, TargetOptions};
 use crate::api::names::{
-    FIELD_MANAGER, MANIFEST_HASH_ANNOTATION, MODEL_RESOURCE_ANNOTATION, OPERATED_BY_LABEL,
-    PRELOAD_ENV,
+    FIELD_MANAGER, MANIFEST_HASH_ANNOTATION, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
+    OPERATED_BY_LABEL, PRELOAD_ENV,
 };
 use crate::api::{OpenMedModelSpec, StrategyType};
 
 /// Where the container's `OPENMED_SERVICE_PRELOAD_MODELS` comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Preload {
-    /// From the owned ConfigMap of this name (a managed target).
+    /// From the owned ConfigMap of this name (a managed target): the
+    /// manifest's immutable snapshot, or the pointer in a template written
+    /// before snapshots existed.
     FromConfigMap(String),
     /// Empty: a released target preloads nothing.
     Released,
@@ -43,6 +45,10 @@ pub struct DeploymentFields {
     pub preload: Preload,
     /// Pod-template annotation `openmed.ai/model-manifest-hash`.
     pub manifest_hash: String,
+    /// Pod-template label `openmed.ai/model-manifest`: the short hash of
+    /// the snapshot the template references, which every ReplicaSet of
+    /// the template carries; `None` when the template references none.
+    pub snapshot_label: Option<String>,
     /// `openmed.ai/model-resource` on the Deployment and its pod template,
     /// and the watch label; `None` once released.
     pub owner: Option<String>,
@@ -93,13 +99,15 @@ impl DeploymentFields {
                 .clone()
                 .expect("a normalized spec names its target"),
             container: normalized.target_ref.container_name.clone(),
-            preload: Preload::FromConfigMap(
+            preload: Preload::FromConfigMap(super::snapshot_name(
                 normalized
                     .manifest_config_map_name
-                    .clone()
+                    .as_deref()
                     .expect("a normalized spec names its ConfigMap"),
-            ),
+                manifest_hash,
+            )),
             manifest_hash: manifest_hash.to_owned(),
+            snapshot_label: Some(super::snapshot_suffix(manifest_hash).to_owned()),
             owner: Some(resource.key()),
             replicas: if target.autoscaled {
                 None
@@ -129,12 +137,33 @@ impl DeploymentFields {
             container: container.to_owned(),
             preload: Preload::Released,
             manifest_hash: super::released_manifest_hash(),
+            snapshot_label: None,
             owner: None,
             replicas: field("replicas").and_then(|v| v.as_i64()).map(|r| r as i32),
             strategy: field("strategy"),
             progress_deadline_seconds: field("progressDeadlineSeconds")
                 .and_then(|v| v.as_i64())
                 .map(|d| d as i32),
+        }
+    }
+
+    /// The same fields, referencing the pointer ConfigMap `pointer` the
+    /// way templates did before snapshots: how a template written by the
+    /// earlier operator (or an earlier openmed-op) is kept, so that an
+    /// upgrade restarts no pod.
+    pub fn referencing_pointer(&self, pointer: &str) -> Self {
+        DeploymentFields {
+            preload: Preload::FromConfigMap(pointer.to_owned()),
+            snapshot_label: None,
+            ..self.clone()
+        }
+    }
+
+    /// The ConfigMap the template's variable reads, if any.
+    pub fn config_map_name(&self) -> Option<&str> {
+        match &self.preload {
+            Preload::FromConfigMap(name) => Some(name),
+            Preload::Released => None,
         }
     }
 
@@ -209,10 +238,14 @@ impl DeploymentFields {
             metadata["labels"] = json!({ OPERATED_BY_LABEL: FIELD_MANAGER });
         }
         let mut spec = self.spec_fields();
+        let mut template_metadata = json!({ "annotations": self.template_annotations() });
+        if let Some(short) = &self.snapshot_label {
+            template_metadata["labels"] = json!({ MANIFEST_SNAPSHOT_LABEL: short });
+        }
         spec.insert(
             "template".into(),
             json!({
-                "metadata": { "annotations": self.template_annotations() },
+                "metadata": template_metadata,
                 "spec": { "containers": [{ "name": self.container, "env": [env] }] },
             }),
         );
@@ -275,6 +308,12 @@ impl DeploymentFields {
             self.owner.as_deref(),
         );
         drop_if_empty(template_meta, "annotations");
+        set_or_remove(
+            object_in(template_meta, "labels"),
+            MANIFEST_SNAPSHOT_LABEL,
+            self.snapshot_label.as_deref(),
+        );
+        drop_if_empty(template_meta, "labels");
 
         let meta = object_at(deployment, &["metadata"]);
         set_or_remove(
@@ -427,6 +466,7 @@ mod tests {
     #[test]
     fn the_apply_body_holds_only_owned_fields() {
         let body = fields(json!({}), TargetOptions::default()).apply_body();
+        let hash = plan(&id(), &spec(json!({})), TargetOptions::default()).manifest_hash;
         assert_eq!(
             body,
             json!({
@@ -439,11 +479,12 @@ mod tests {
                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                     "template": {
                         "metadata": {"annotations": {
-                            MANIFEST_HASH_ANNOTATION: plan(&id(), &spec(json!({})), TargetOptions::default()).manifest_hash,
-                            MODEL_RESOURCE_ANNOTATION: "ns/svc"}},
+                            MANIFEST_HASH_ANNOTATION: hash,
+                            MODEL_RESOURCE_ANNOTATION: "ns/svc"},
+                            "labels": {MANIFEST_SNAPSHOT_LABEL: &hash[7..17]}},
                         "spec": {"containers": [{"name": "openmed-service", "env": [{
                             "name": PRELOAD_ENV,
-                            "valueFrom": {"configMapKeyRef": {"name": "svc-model-manifest", "key": PRELOAD_ENV}},
+                            "valueFrom": {"configMapKeyRef": {"name": format!("svc-model-manifest-{}", &hash[7..17]), "key": PRELOAD_ENV}},
                             "value": "",
                         }]}]},
                     },
@@ -482,9 +523,11 @@ mod tests {
         f.apply_to(&mut d).unwrap();
         let env = &d["spec"]["template"]["spec"]["containers"][0]["env"][0];
         assert!(env.get("value").is_none());
+        let name = env["valueFrom"]["configMapKeyRef"]["name"].as_str().unwrap();
+        assert_eq!(name, format!("svc-model-manifest-{}", f.snapshot_label.as_ref().unwrap()));
         assert_eq!(
-            env["valueFrom"]["configMapKeyRef"]["name"],
-            "svc-model-manifest"
+            d["spec"]["template"]["metadata"]["labels"][MANIFEST_SNAPSHOT_LABEL],
+            json!(f.snapshot_label)
         );
         assert_eq!(d["spec"]["replicas"], 2);
         assert_eq!(

@@ -12,7 +12,7 @@ mod deployment;
 use serde::Serialize;
 use serde_json::json;
 
-pub use config_map::config_map;
+pub use config_map::{config_map, owned_by_target, snapshot, snapshot_name, snapshot_suffix};
 pub use deployment::{ContainerNotFound, DeploymentFields, Preload};
 
 use crate::api::{API_VERSION, OpenMedModelSpec, TargetRef};
@@ -56,8 +56,11 @@ pub struct Plan {
     pub manifest_json: String,
     /// Pod-template annotation value (`status.manifestHash`).
     pub manifest_hash: String,
-    /// The owned ConfigMap.
+    /// The pointer ConfigMap (`<name>-model-manifest`), for people.
     pub config_map: k8s_openapi::api::core::v1::ConfigMap,
+    /// The immutable snapshot of this manifest, which the pod template
+    /// references.
+    pub snapshot: k8s_openapi::api::core::v1::ConfigMap,
     /// The Deployment fields the operator owns.
     pub deployment: DeploymentFields,
 }
@@ -69,6 +72,7 @@ pub fn plan(resource: &ResourceId, spec: &OpenMedModelSpec, target: TargetOption
     let manifest_hash = manifest_hash_of(&manifest);
     let manifest_json = format!("{}\n", to_canonical_json(&manifest));
     let config_map = config_map(resource, &normalized, &manifest_json);
+    let snapshot = snapshot(resource, &normalized, &manifest_json, &manifest_hash);
     let deployment = DeploymentFields::managed(resource, &normalized, &manifest_hash, target);
     Plan {
         resource: resource.clone(),
@@ -76,6 +80,7 @@ pub fn plan(resource: &ResourceId, spec: &OpenMedModelSpec, target: TargetOption
         manifest_json,
         manifest_hash,
         config_map,
+        snapshot,
         deployment,
         normalized,
     }

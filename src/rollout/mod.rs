@@ -27,10 +27,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
-pub use resource::{ResourceView, config_map_names, target_name, target_name_of};
+pub use resource::{ResourceView, config_map_names, is_rival, target_name, target_name_of};
 
 use crate::api::names::{
-    MANAGED_OPT_IN_LABEL, MODEL_RESOURCE_ANNOTATION, PRELOAD_ENV, ROLLBACK_TO_ANNOTATION,
+    MANAGED_OPT_IN_LABEL, MANIFEST_HASH_ANNOTATION, MANIFEST_SNAPSHOT_LABEL,
+    MODEL_RESOURCE_ANNOTATION, PRELOAD_ENV, ROLLBACK_TO_ANNOTATION,
 };
 use crate::api::{OpenMedModelSpec, OpenMedModelStatus, Phase, StrategyType, TargetFacts};
 use crate::plan::{self, DeploymentFields, Plan, TargetOptions};
@@ -70,6 +71,11 @@ pub struct Observed<'a> {
     /// The ConfigMaps named by [`config_map_names`] that exist, and every
     /// ConfigMap this resource owns.
     pub config_maps: &'a [&'a ConfigMap],
+    /// The snapshot labels (`openmed.ai/model-manifest`) that ReplicaSets
+    /// in the namespace carry, revision history included: a snapshot one
+    /// of them references is kept, whatever `kubectl rollout undo` or a
+    /// recreated pod may still need.
+    pub replica_set_snapshots: &'a [String],
     /// Policy switches.
     pub settings: Settings,
     /// The time to stamp on conditions and events.
@@ -87,6 +93,9 @@ pub struct Decision {
     pub events: Vec<Event>,
     /// Look again after this long even if nothing changes (a deadline).
     pub requeue_after: Option<Duration>,
+    /// Deletion only: every Deployment is released and every owned
+    /// ConfigMap deleted, so the finalizer may be removed.
+    pub finished: bool,
 }
 
 /// One write to the cluster.
@@ -94,7 +103,9 @@ pub struct Decision {
 pub enum Write {
     /// Server-side apply of the owned ConfigMap.
     ApplyConfigMap(Box<ConfigMap>),
-    /// Delete an owned ConfigMap (with a UID precondition when known).
+    /// Delete an owned ConfigMap (with a UID precondition when known). Only
+    /// decided once nothing can still read it: no pod of a template that
+    /// references it remains, and no ReplicaSet or retained spec needs it.
     DeleteConfigMap {
         /// Its name.
         name: String,
@@ -115,9 +126,11 @@ pub enum Write {
         name: String,
         /// The apply body.
         body: Value,
-        /// A client error (4xx) is reported and skipped instead of failing
-        /// the reconcile: releasing must never block deletion.
-        best_effort: bool,
+        /// A release: a Deployment that no longer exists needs none, so
+        /// "not found" is success. Any other error fails the reconcile,
+        /// and nothing that depends on the release (deleting the
+        /// ConfigMaps it read, dropping the finalizer) happens before it.
+        release: bool,
     },
 }
 
@@ -191,6 +204,9 @@ pub mod reason {
     pub const ROLLBACK_IN_PROGRESS: &str = "RollbackInProgress";
     /// Serving as asked.
     pub const AS_EXPECTED: &str = "AsExpected";
+    /// Condition reason the shell sets while it retries after an error
+    /// (an API error, a timeout): cleared by the next decision.
+    pub const RETRYING_AFTER_ERROR: &str = "RetryingAfterError";
 }
 
 /// How the spec to apply was chosen.
@@ -223,6 +239,24 @@ struct Step<'a> {
     writes: Vec<Write>,
     events: Vec<Event>,
     requeue_after: Option<Duration>,
+    finished: bool,
+}
+
+/// Which owned things differ from the plan.
+#[derive(Debug, Default)]
+struct Changes {
+    /// Fields of the target Deployment.
+    deployment: Vec<&'static str>,
+    /// The snapshot the template references.
+    snapshot: Vec<&'static str>,
+    /// The pointer, counted only while a template reads it.
+    pointer: Vec<&'static str>,
+}
+
+impl Changes {
+    fn any(&self) -> bool {
+        !(self.deployment.is_empty() && self.snapshot.is_empty() && self.pointer.is_empty())
+    }
 }
 
 impl<'a> Step<'a> {
@@ -230,6 +264,11 @@ impl<'a> Step<'a> {
         let old = &obs.resource.status;
         let mut status = old.clone();
         status.observed_generation = Some(obs.resource.generation);
+        // The shell reports a failed reconcile in a condition; a decision
+        // being made means the error is behind us.
+        status
+            .conditions
+            .retain(|c| c.reason != reason::RETRYING_AFTER_ERROR);
         Step {
             obs,
             old,
@@ -237,6 +276,7 @@ impl<'a> Step<'a> {
             writes: Vec::new(),
             events: Vec::new(),
             requeue_after: None,
+            finished: false,
         }
     }
 
@@ -246,6 +286,7 @@ impl<'a> Step<'a> {
             writes: self.writes,
             events: self.events,
             requeue_after: self.requeue_after,
+            finished: self.finished,
         }
     }
 
@@ -311,7 +352,7 @@ impl<'a> Step<'a> {
         self.status.desired_version = Some(desired.normalized.version.clone());
         self.status.desired_spec_hash = Some(desired.spec_hash.clone());
 
-        let (mode, wanted) = match self.wanted(&desired) {
+        let (mode, mut wanted) = match self.wanted(&desired) {
             Ok(chosen) => chosen,
             Err(rejection) => return self.reject_rollback(&rejection),
         };
@@ -330,46 +371,161 @@ impl<'a> Step<'a> {
         if let Some((why, message)) = self.target_problem(target, &wanted) {
             return self.blocked(why, message);
         }
-
-        let before = serde_json::to_value(target).expect("a Deployment serializes");
-        let mut after = before.clone();
-        wanted
-            .deployment
-            .apply_to(&mut after)
-            .expect("target_problem checked the container");
-        let deployment_changes = changed_fields(&before, &after);
-        let config_map = self.config_map(&wanted);
-        let config_map_changes = match config_map {
-            Some(cm) => config_map_drift(cm, &wanted.config_map),
-            None => vec!["ConfigMap missing"],
-        };
+        self.fit_to_target(&mut wanted, target);
+        let changes = self.changes(&wanted, target);
 
         if self.status.applied_spec_hash.as_deref() != Some(&wanted.spec_hash) {
             self.start(mode, &desired, &wanted);
-            self.write_fields(&wanted, target, &config_map_changes, &deployment_changes);
+            self.write_fields(&wanted, target, &changes);
             return;
         }
-        if !config_map_changes.is_empty() || !deployment_changes.is_empty() {
-            let noticed: Vec<&str> = config_map_changes
+        if changes.any() {
+            // With no generation recorded, the last decision's own writes
+            // have not all landed (a crash or an error cut them short):
+            // finishing them is not a correction of someone else's change.
+            let unfinished = self.status.target_deployment_generation.is_none();
+            let noticed: Vec<&str> = changes
+                .snapshot
                 .iter()
-                .chain(&deployment_changes)
+                .chain(&changes.pointer)
+                .chain(&changes.deployment)
                 .copied()
-                .filter(|c| *c != ADOPTION_LABEL)
+                .filter(|c| !ADOPTION.contains(c))
                 .collect();
-            if !noticed.is_empty() {
+            if !noticed.is_empty() && !unfinished {
                 self.event(
                     EventType::Warning,
                     reason::DRIFT_CORRECTED,
                     format!("restored {} changed by another writer", noticed.join(", ")),
                 );
             }
-            self.write_fields(&wanted, target, &config_map_changes, &deployment_changes);
+            self.write_fields(&wanted, target, &changes);
             return;
         }
         if self.status.target_deployment_generation.is_none() {
             self.status.target_deployment_generation = target.metadata.generation;
+            // Judge the deadline on the server's clock: the time our write
+            // landed, as the API server recorded it, is what the Deployment
+            // controller's condition times are compared with.
+            if let Some(landed) = progress::applied_at(target) {
+                self.status.last_rollout_time = Some(landed);
+            }
         }
         self.evaluate(mode, &desired, &wanted, target);
+        if self.writes.is_empty() {
+            self.tidy_config_maps(&desired, &wanted, target);
+        }
+    }
+
+    /// Adapts the plan to what the target already is: a template written
+    /// before snapshots that reads the pointer holding this very manifest
+    /// keeps that reference (an upgrade restarts no pod; the next version
+    /// moves it to a snapshot), and the manifest ConfigMaps get the
+    /// Deployment as a second owner.
+    fn fit_to_target(&self, wanted: &mut Plan, target: &Deployment) {
+        let pointer = wanted.config_map.metadata.name.clone().unwrap_or_default();
+        let template = serde_json::to_value(target).expect("a Deployment serializes");
+        let hash = template
+            .pointer("/spec/template/metadata/annotations")
+            .and_then(|a| a.get(MANIFEST_HASH_ANNOTATION))
+            .and_then(Value::as_str);
+        let reads = template_config_map(&template, &wanted.deployment.container);
+        if reads.as_deref() == Some(pointer.as_str()) && hash == Some(&wanted.manifest_hash) {
+            wanted.deployment = wanted.deployment.referencing_pointer(&pointer);
+        }
+        if let (Some(name), Some(uid)) = (&target.metadata.name, &target.metadata.uid) {
+            plan::owned_by_target(&mut wanted.config_map, name, uid);
+            plan::owned_by_target(&mut wanted.snapshot, name, uid);
+        }
+    }
+
+    /// What differs between the owned objects and the plan.
+    fn changes(&self, wanted: &Plan, target: &Deployment) -> Changes {
+        let before = serde_json::to_value(target).expect("a Deployment serializes");
+        let mut after = before.clone();
+        wanted
+            .deployment
+            .apply_to(&mut after)
+            .expect("target_problem checked the container");
+        let drift = |planned: &ConfigMap| match self.find_config_map(name_of(planned)) {
+            Some(cm) => config_map_drift(cm, planned),
+            None => vec!["ConfigMap missing"],
+        };
+        let pointer = if self.template_reads_pointer(wanted) {
+            drift(&wanted.config_map)
+        } else {
+            Vec::new()
+        };
+        let snapshot = if self.template_reads_pointer(wanted) {
+            Vec::new()
+        } else {
+            drift(&wanted.snapshot)
+        };
+        Changes {
+            deployment: changed_fields(&before, &after),
+            snapshot,
+            pointer,
+        }
+    }
+
+    fn template_reads_pointer(&self, wanted: &Plan) -> bool {
+        wanted.deployment.config_map_name() == wanted.config_map.metadata.name.as_deref()
+    }
+
+    /// Once no pod of an older template remains, brings the pointer up to
+    /// date and deletes the ConfigMaps nothing can read any more.
+    ///
+    /// The pointer waits for that moment because a pod of a template
+    /// written before snapshots reads it: updating it mid-rollout would
+    /// make such a pod, recreated, load the version under test.
+    fn tidy_config_maps(&mut self, desired: &Plan, wanted: &Plan, target: &Deployment) {
+        if !progress::settled(target) {
+            return;
+        }
+        if !self.template_reads_pointer(wanted) {
+            let stale = match self.find_config_map(name_of(&wanted.config_map)) {
+                Some(cm) => !config_map_drift(cm, &wanted.config_map).is_empty(),
+                None => true,
+            };
+            if stale {
+                self.writes
+                    .push(Write::ApplyConfigMap(Box::new(wanted.config_map.clone())));
+            }
+        }
+        let observed = serde_json::to_value(target).expect("a Deployment serializes");
+        let mut keep: Vec<String> = vec![
+            name_of(&wanted.config_map).to_owned(),
+            name_of(&desired.config_map).to_owned(),
+            name_of(&wanted.snapshot).to_owned(),
+        ];
+        keep.extend(template_config_map(&observed, &wanted.deployment.container));
+        let status = &self.status;
+        for spec in [
+            &status.last_successful_spec,
+            &status.previous_successful_spec,
+            &status.rollback_spec,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            keep.push(name_of(&self.plan(spec).snapshot).to_owned());
+        }
+        let in_use = |cm: &ConfigMap| {
+            cm.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MANIFEST_SNAPSHOT_LABEL))
+                .is_some_and(|short| self.obs.replica_set_snapshots.contains(short))
+        };
+        for cm in self.obs.config_maps {
+            let name = name_of(cm);
+            if self.owns(cm) && !keep.iter().any(|k| k == name) && !in_use(cm) {
+                self.writes.push(Write::DeleteConfigMap {
+                    name: name.to_owned(),
+                    uid: cm.metadata.uid.clone(),
+                });
+            }
+        }
     }
 
     /// The spec to apply: `spec`, a retained spec named by a manual
@@ -453,15 +609,17 @@ impl<'a> Step<'a> {
             .name
             .as_deref()
             .unwrap_or_default();
-        if let Some(cm) = self.find_config_map(cm_name)
-            && !self.owns(cm)
-        {
-            return Some((
-                reason::TARGET_CONFLICT,
-                format!(
-                    "ConfigMap {cm_name} exists and is not owned by this OpenMedModel; set spec.manifestConfigMapName to another name"
-                ),
-            ));
+        for name in [cm_name, name_of(&wanted.snapshot)] {
+            if let Some(cm) = self.find_config_map(name)
+                && !self.owns(cm)
+            {
+                return Some((
+                    reason::TARGET_CONFLICT,
+                    format!(
+                        "ConfigMap {name} exists and is not owned by this OpenMedModel; set spec.manifestConfigMapName to another name"
+                    ),
+                ));
+            }
         }
         None
     }
@@ -501,17 +659,6 @@ impl<'a> Step<'a> {
             .find(|cm| cm.metadata.name.as_deref() == Some(name))
     }
 
-    fn config_map(&self, wanted: &Plan) -> Option<&'a ConfigMap> {
-        self.find_config_map(
-            wanted
-                .config_map
-                .metadata
-                .name
-                .as_deref()
-                .unwrap_or_default(),
-        )
-    }
-
     /// Owned: an owner reference to this resource, or (written by `render`
     /// before the operator saw it) the ownership annotation.
     fn owns(&self, cm: &ConfigMap) -> bool {
@@ -534,25 +681,13 @@ impl<'a> Step<'a> {
         by_reference || (by_annotation && !foreign_controller)
     }
 
-    /// Releases Deployments this resource no longer targets and deletes
-    /// ConfigMaps it no longer uses, before anything new is claimed.
+    /// Releases Deployments this resource no longer targets, before
+    /// anything new is claimed. ConfigMaps they read are deleted later,
+    /// by [`Step::tidy_config_maps`], once nothing reads them.
     fn release_stale(&mut self, wanted: &Plan) {
         for deployment in self.obs.claimed {
             if deployment.metadata.name.as_deref() != Some(wanted.deployment.name.as_str()) {
                 self.release(deployment);
-            }
-        }
-        let keep = wanted.config_map.metadata.name.clone();
-        self.delete_owned_config_maps(keep.as_deref());
-    }
-
-    fn delete_owned_config_maps(&mut self, keep: Option<&str>) {
-        for cm in self.obs.config_maps {
-            if self.owns(cm) && cm.metadata.name.as_deref() != keep {
-                self.writes.push(Write::DeleteConfigMap {
-                    name: cm.metadata.name.clone().unwrap_or_default(),
-                    uid: cm.metadata.uid.clone(),
-                });
             }
         }
     }
@@ -584,7 +719,7 @@ impl<'a> Step<'a> {
         self.writes.push(Write::ApplyDeployment {
             name: name.clone(),
             body,
-            best_effort: true,
+            release: true,
         });
         self.event(
             EventType::Normal,
@@ -593,25 +728,77 @@ impl<'a> Step<'a> {
         );
     }
 
+    /// Deletion, in the only safe order: release every claimed Deployment;
+    /// once that has landed and the target's pods have all restarted
+    /// without a model, delete the ConfigMaps; then the finalizer may go.
     fn release_everything(&mut self) {
         for deployment in self.obs.claimed {
             self.release(deployment);
         }
-        self.delete_owned_config_maps(None);
+        if !self.obs.claimed.is_empty() {
+            return;
+        }
+        if let Some(target) = self.obs.target
+            && self.still_reading(target)
+        {
+            self.requeue_after = Some(Duration::from_secs(2));
+            return;
+        }
+        let owned: Vec<&ConfigMap> = self
+            .obs
+            .config_maps
+            .iter()
+            .copied()
+            .filter(|cm| self.owns(cm))
+            .collect();
+        for cm in &owned {
+            self.writes.push(Write::DeleteConfigMap {
+                name: name_of(cm).to_owned(),
+                uid: cm.metadata.uid.clone(),
+            });
+        }
+        self.finished = owned.is_empty();
     }
 
-    /// Writes the ConfigMap and Deployment fields that differ.
-    fn write_fields(
-        &mut self,
-        wanted: &Plan,
-        target: &Deployment,
-        cm_changes: &[&str],
-        deployment_changes: &[&str],
-    ) {
-        if !cm_changes.is_empty() {
+    /// Whether pods of `target` may still read a ConfigMap of this
+    /// resource: its template references one, or it was released and
+    /// pods of the earlier template remain.
+    fn still_reading(&self, target: &Deployment) -> bool {
+        let observed = serde_json::to_value(target).expect("a Deployment serializes");
+        let references = observed
+            .pointer("/spec/template/spec/containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.get("name").and_then(Value::as_str))
+            .filter_map(|c| template_config_map(&observed, c))
+            .any(|name| {
+                self.obs
+                    .config_maps
+                    .iter()
+                    .any(|cm| self.owns(cm) && name_of(cm) == name)
+            });
+        let released = observed
+            .pointer("/spec/template/metadata/annotations")
+            .and_then(|a| a.get(MANIFEST_HASH_ANNOTATION))
+            .and_then(Value::as_str)
+            == Some(plan::released_manifest_hash().as_str());
+        references || (released && !progress::settled(target))
+    }
+
+    /// Writes what differs: the snapshot (or, for a template that reads
+    /// it, the pointer) before the Deployment, so no pod ever starts
+    /// with a reference to a ConfigMap that does not exist yet.
+    fn write_fields(&mut self, wanted: &Plan, target: &Deployment, changes: &Changes) {
+        if !changes.snapshot.is_empty() {
+            self.writes
+                .push(Write::ApplyConfigMap(Box::new(wanted.snapshot.clone())));
+        }
+        if !changes.pointer.is_empty() {
             self.writes
                 .push(Write::ApplyConfigMap(Box::new(wanted.config_map.clone())));
         }
+        let deployment_changes = &changes.deployment;
         if !deployment_changes.is_empty() {
             let observed = serde_json::to_value(target).expect("a Deployment serializes");
             if let Some(patch) = wanted.deployment.strategy_reset(&observed) {
@@ -623,12 +810,14 @@ impl<'a> Step<'a> {
             self.writes.push(Write::ApplyDeployment {
                 name: wanted.deployment.name.clone(),
                 body: wanted.deployment.apply_body(),
-                best_effort: false,
+                release: false,
             });
         }
-        // The generation to judge progress by is the one our write produces;
-        // the shell's next pass records it. A metadata-only write leaves the
-        // generation as it is.
+        // The generation to judge progress by is the one our write
+        // produces; the shell's next pass records it. Until then an unset
+        // generation also marks these writes as ours and unfinished. A
+        // metadata-only write leaves the generation, and the rollout's
+        // clock, as they are.
         if deployment_changes
             .iter()
             .any(|c| *c != ADOPTION_LABEL && *c != "ownership annotation")
@@ -815,7 +1004,13 @@ impl<'a> Step<'a> {
         let version = wanted.normalized.version.clone();
         self.status.active_version = Some(version.clone());
         let restored = &wanted.normalized;
-        if self.status.last_successful_spec.as_ref() != Some(restored) {
+        let last = self.status.last_successful_spec.as_ref();
+        if last.is_some_and(|l| l.version == restored.version) {
+            // Same version, other settings (replicas, strategy): the
+            // retained rollback targets are versions, so the previous one
+            // stays until another version succeeds.
+            self.status.last_successful_spec = Some(restored.clone());
+        } else if last != Some(restored) {
             self.status.previous_successful_spec = self.status.last_successful_spec.take();
             self.status.last_successful_spec = Some(restored.clone());
         }
@@ -932,15 +1127,12 @@ impl<'a> Step<'a> {
                     reason::ROLLBACK_STARTED,
                     format!("rolling back to {restored}"),
                 );
-                let before = serde_json::to_value(target).expect("a Deployment serializes");
-                let mut after = before.clone();
-                let cm_changes = match self.config_map(&restore) {
-                    Some(cm) => config_map_drift(cm, &restore.config_map),
-                    None => vec!["ConfigMap missing"],
-                };
-                if restore.deployment.apply_to(&mut after).is_ok() {
-                    let changes = changed_fields(&before, &after);
-                    self.write_fields(&restore, target, &cm_changes, &changes);
+                let mut restore = restore;
+                self.fit_to_target(&mut restore, target);
+                let mut copy = serde_json::to_value(target).expect("a Deployment serializes");
+                if restore.deployment.apply_to(&mut copy).is_ok() {
+                    let changes = self.changes(&restore, target);
+                    self.write_fields(&restore, target, &changes);
                 }
             }
             _ => {
@@ -1071,6 +1263,14 @@ fn claim_order(
 /// the earlier operator: not drift, and no pod is touched.
 const ADOPTION_LABEL: &str = "watch label";
 
+/// The target as a second owner of a ConfigMap written before this
+/// operator version added it: not drift either.
+const TARGET_OWNER: &str = "ConfigMap owner reference to the Deployment";
+
+/// Changes that are the operator's own bookkeeping catching up, never
+/// another writer's.
+const ADOPTION: [&str; 2] = [ADOPTION_LABEL, TARGET_OWNER];
+
 /// Which owned fields differ between a Deployment and the same Deployment
 /// with the owned fields applied.
 fn changed_fields(before: &Value, after: &Value) -> Vec<&'static str> {
@@ -1082,6 +1282,9 @@ fn changed_fields(before: &Value, after: &Value) -> Vec<&'static str> {
     }
     if differs("/spec/template/metadata/annotations") {
         changes.push("pod-template annotations");
+    }
+    if differs("/spec/template/metadata/labels") {
+        changes.push("pod-template labels");
     }
     if differs("/spec/replicas") {
         changes.push("replicas");
@@ -1131,10 +1334,34 @@ fn config_map_drift(observed: &ConfigMap, planned: &ConfigMap) -> Vec<&'static s
         .owner_references
         .as_deref()
         .unwrap_or_default();
-    if !wanted_refs.iter().all(|w| refs.contains(w)) {
+    let missing: Vec<_> = wanted_refs.iter().filter(|w| !refs.contains(w)).collect();
+    if missing.iter().any(|w| w.kind != "Deployment") {
         changes.push("ConfigMap owner reference");
+    } else if !missing.is_empty() {
+        changes.push(TARGET_OWNER);
     }
     changes
+}
+
+fn name_of(config_map: &ConfigMap) -> &str {
+    config_map.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The ConfigMap that `container`'s preload variable reads in a
+/// Deployment's pod template, if it reads one.
+fn template_config_map(deployment: &Value, container: &str) -> Option<String> {
+    deployment
+        .pointer("/spec/template/spec/containers")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("name").and_then(Value::as_str) == Some(container))?
+        .get("env")?
+        .as_array()?
+        .iter()
+        .find(|e| e.get("name").and_then(Value::as_str) == Some(PRELOAD_ENV))?
+        .pointer("/valueFrom/configMapKeyRef/name")?
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// The container whose environment carries the preload variable from a ConfigMap.

@@ -91,6 +91,36 @@ pub fn judge(
     Progress::InProgress
 }
 
+/// No pod of an older template remains: the controller has seen the
+/// current generation and every pod it counts is an updated one. From then
+/// on nothing can start a pod that reads what an older template named.
+pub fn settled(deployment: &Deployment) -> bool {
+    let generation = deployment.metadata.generation.unwrap_or(0);
+    let Some(s) = deployment.status.as_ref() else {
+        return false;
+    };
+    s.observed_generation.unwrap_or(0) >= generation
+        && s.replicas.unwrap_or(0) == s.updated_replicas.unwrap_or(0)
+}
+
+/// When the operator's last server-side apply changed the Deployment, by
+/// the API server's clock (its `managedFields` entry), when the object
+/// carries it: the write's own response does.
+pub fn applied_at(deployment: &Deployment) -> Option<Time> {
+    deployment
+        .metadata
+        .managed_fields
+        .as_deref()?
+        .iter()
+        .find(|m| {
+            m.manager.as_deref() == Some(crate::api::names::FIELD_MANAGER)
+                && m.operation.as_deref() == Some("Apply")
+                && m.subresource.as_deref().unwrap_or_default().is_empty()
+        })?
+        .time
+        .clone()
+}
+
 /// The replica count the Deployment wants (its own `spec.replicas`, which
 /// the operator or an autoscaler sets).
 pub fn wanted_replicas(deployment: &Deployment) -> i32 {

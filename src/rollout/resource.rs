@@ -83,6 +83,15 @@ pub fn target_name_of<'a>(name: &'a str, spec: &'a Value) -> &'a str {
         .unwrap_or(name)
 }
 
+/// Whether another OpenMedModel competes for the Deployment `target`:
+/// any other resource of the namespace that names it, *including one being
+/// deleted*: until its release has landed it still holds the target, and a
+/// claim made meanwhile would be stripped by that release (both write with
+/// the same field manager).
+pub fn is_rival(me: &ResourceView, namespace: &str, name: &str, its_target: &str) -> bool {
+    namespace == me.namespace && name != me.name && its_target == target_name(me)
+}
+
 /// Every ConfigMap name `decide` may need: the one `spec` asks for and
 /// those of the retained specs a rollback would restore.
 pub fn config_map_names(resource: &ResourceView) -> Vec<String> {

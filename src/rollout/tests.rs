@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::api::names::{MANIFEST_HASH_ANNOTATION, OPERATED_BY_LABEL};
+use crate::api::names::{MANIFEST_HASH_ANNOTATION, MANIFEST_SNAPSHOT_LABEL, OPERATED_BY_LABEL};
 
 const UID: &str = "uid-1";
 
@@ -24,10 +24,15 @@ struct World {
     deployment: Option<Value>,
     other_deployments: Vec<Value>,
     config_maps: Vec<ConfigMap>,
+    /// Snapshot labels that ReplicaSets carry.
+    replica_sets: Vec<String>,
     rivals: Vec<Rival>,
     autoscaled: bool,
     settings: Settings,
     now: i64,
+    /// How far the API server's and controller's clock runs ahead of the
+    /// operator's, in seconds.
+    server_ahead: i64,
     events: Vec<Event>,
     writes: Vec<Write>,
 }
@@ -39,7 +44,7 @@ fn spec(version: &str) -> Value {
 fn deployment(name: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": "ns", "generation": 1, "labels": {"app": name}},
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "generation": 1, "labels": {"app": name}},
         "spec": {
             "replicas": 2,
             "selector": {"matchLabels": {"app": name}},
@@ -70,10 +75,12 @@ impl World {
             deployment: Some(deployment("svc")),
             other_deployments: Vec::new(),
             config_maps: Vec::new(),
+            replica_sets: Vec::new(),
             rivals: Vec::new(),
             autoscaled: false,
             settings: Settings::default(),
             now: 100,
+            server_ahead: 0,
             events: Vec::new(),
             writes: Vec::new(),
         }
@@ -113,6 +120,7 @@ impl World {
             rivals: &self.rivals,
             claimed: &claimed,
             config_maps: &cms,
+            replica_set_snapshots: &self.replica_sets,
             settings: self.settings,
             now: at(self.now),
         })
@@ -142,6 +150,16 @@ impl World {
     fn execute(&mut self, write: &Write) {
         match write {
             Write::ApplyConfigMap(cm) => {
+                if let Some(old) = self
+                    .config_maps
+                    .iter()
+                    .find(|c| c.metadata.name == cm.metadata.name)
+                {
+                    assert!(
+                        old.immutable != Some(true) || old.data == cm.data,
+                        "the API server refuses to change an immutable ConfigMap's data"
+                    );
+                }
                 self.config_maps
                     .retain(|c| c.metadata.name != cm.metadata.name);
                 let mut cm = (**cm).clone();
@@ -165,12 +183,13 @@ impl World {
                     .remove("rollingUpdate");
             }
             Write::ApplyDeployment { name, body, .. } => {
+                let landed = json!(at(self.now + self.server_ahead));
                 let target = std::iter::once(&mut self.deployment)
                     .flatten()
                     .chain(self.other_deployments.iter_mut())
                     .find(|d| d["metadata"]["name"] == json!(name))
                     .expect("apply on an existing Deployment");
-                server_side_apply(target, body);
+                server_side_apply(target, body, landed);
             }
         }
     }
@@ -200,8 +219,36 @@ impl World {
             .clone()
     }
 
+    /// The version a pod of the current template loads: what the
+    /// ConfigMap its variable references holds.
     fn cm_version(&self) -> String {
-        self.config_maps[0].data.as_ref().unwrap()["OPENMED_SERVICE_PRELOAD_MODELS"].clone()
+        let name = self.preload()["valueFrom"]["configMapKeyRef"]["name"].clone();
+        self.version_in(name.as_str().expect("the template reads a ConfigMap"))
+            .expect("the ConfigMap the template reads exists")
+    }
+
+    /// What a ConfigMap of this name holds, if it exists.
+    fn version_in(&self, name: &str) -> Option<String> {
+        let cm = self
+            .config_maps
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name))?;
+        Some(cm.data.as_ref().unwrap()["OPENMED_SERVICE_PRELOAD_MODELS"].clone())
+    }
+
+    /// The pointer ConfigMap's version.
+    fn pointer_version(&self) -> Option<String> {
+        self.version_in("svc-model-manifest")
+    }
+
+    fn config_map_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .config_maps
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap())
+            .collect();
+        names.sort();
+        names
     }
 
     /// The Deployment controller rolls every pod to the current template.
@@ -216,9 +263,10 @@ impl World {
         });
     }
 
-    /// The new pods never get ready; the deadline passes at `now`.
+    /// The new pods never get ready; the deadline passes at `now` (the
+    /// controller's clock).
     fn deadline_exceeded(&mut self) {
-        let now = json!(at(self.now));
+        let now = json!(at(self.now + self.server_ahead));
         let d = self.dep();
         d["status"] = json!({
             "observedGeneration": d["metadata"]["generation"], "replicas": 3, "updatedReplicas": 1,
@@ -279,8 +327,8 @@ impl World {
 /// Just enough server-side apply for the bodies `plan` builds: fields in the
 /// body are set, list items merge by name, an empty `value` is stored as
 /// absent, and owned marks missing from the body are removed.
-fn server_side_apply(target: &mut Value, body: &Value) {
-    let before = target["spec"].clone();
+fn server_side_apply(target: &mut Value, body: &Value, landed: Value) {
+    let before = target.clone();
     let meta = &mut target["metadata"];
     for key in ["annotations", "labels"] {
         let owned = if key == "annotations" {
@@ -320,6 +368,16 @@ fn server_side_apply(target: &mut Value, body: &Value) {
             .unwrap()
             .remove(MODEL_RESOURCE_ANNOTATION);
     }
+    let labels = &mut target["spec"]["template"]["metadata"]["labels"];
+    match spec.pointer(&format!(
+        "/template/metadata/labels/{}",
+        MANIFEST_SNAPSHOT_LABEL.replace('/', "~1")
+    )) {
+        Some(short) => labels[MANIFEST_SNAPSHOT_LABEL] = short.clone(),
+        None => {
+            labels.as_object_mut().unwrap().remove(MANIFEST_SNAPSHOT_LABEL);
+        }
+    }
     for container in spec
         .pointer("/template/spec/containers")
         .and_then(Value::as_array)
@@ -345,9 +403,15 @@ fn server_side_apply(target: &mut Value, body: &Value) {
             }
         }
     }
-    if target["spec"] != before {
+    if target["spec"] != before["spec"] {
         let generation = target["metadata"]["generation"].as_i64().unwrap();
         target["metadata"]["generation"] = json!(generation + 1);
+    }
+    if *target != before {
+        // The API server stamps the manager's entry when its fields change.
+        target["metadata"]["managedFields"] = json!([{
+            "manager": "openmed-operator", "operation": "Apply", "apiVersion": "apps/v1", "time": landed,
+        }]);
     }
 }
 
@@ -363,15 +427,12 @@ fn a_new_resource_rolls_out_its_version() {
     let events = w.reconcile();
     assert_eq!(reasons(&events), [reason::ROLLOUT_STARTED]);
     assert!(
-        matches!(w.writes[0], Write::ApplyConfigMap(_)),
-        "ConfigMap first"
+        matches!(&w.writes[0], Write::ApplyConfigMap(cm) if cm.immutable == Some(true)),
+        "the snapshot first: no pod ever references a ConfigMap that does not exist"
     );
     assert!(matches!(
         w.writes[1],
-        Write::ApplyDeployment {
-            best_effort: false,
-            ..
-        }
+        Write::ApplyDeployment { release: false, .. }
     ));
     let s = w.status();
     assert_eq!(s.phase, Some(Phase::RollingOut));
@@ -391,12 +452,26 @@ fn a_new_resource_rolls_out_its_version() {
         ("True".into(), "RollingOut".into())
     );
     assert_eq!(w.condition(RECONCILING).0, "True");
+    let short = s.manifest_hash.as_deref().unwrap()[7..17].to_owned();
     assert_eq!(
         w.preload()["valueFrom"]["configMapKeyRef"]["name"],
-        "svc-model-manifest"
+        format!("svc-model-manifest-{short}")
+    );
+    assert_eq!(
+        w.dep()["spec"]["template"]["metadata"]["labels"][MANIFEST_SNAPSHOT_LABEL],
+        json!(short),
+        "ReplicaSets of this template carry the snapshot they read"
     );
     assert!(w.preload().get("value").is_none());
     assert_eq!(w.cm_version(), "v1");
+    assert_eq!(
+        w.pointer_version(),
+        None,
+        "the pointer follows once the pods have rolled"
+    );
+    w.pods_ready();
+    w.reconcile();
+    assert_eq!(w.pointer_version().as_deref(), Some("v1"));
 }
 
 #[test]
@@ -825,19 +900,28 @@ fn drift_by_another_writer_is_restored_every_time() {
     assert_eq!(reasons(&events), [reason::DRIFT_CORRECTED]);
     assert!(events[0].message.contains("replicas"));
     assert_eq!(w.dep()["spec"]["replicas"], 2);
-    // The ConfigMap edited.
-    w.config_maps[0]
+    // The pointer edited: no pod reads it, so it is put back quietly once
+    // the Deployment has settled.
+    w.pods_ready();
+    let pointer = w
+        .config_maps
+        .iter_mut()
+        .find(|c| c.metadata.name.as_deref() == Some("svc-model-manifest"))
+        .unwrap();
+    pointer
         .data
         .as_mut()
         .unwrap()
         .insert("OPENMED_SERVICE_PRELOAD_MODELS".into(), "evil".into());
+    assert!(w.reconcile().is_empty());
+    assert_eq!(w.pointer_version().as_deref(), Some("v1"));
+    // The snapshot deleted (immutable: deleting is the only way to change it).
+    let snapshot = w.preload()["valueFrom"]["configMapKeyRef"]["name"].clone();
+    w.config_maps
+        .retain(|c| c.metadata.name.as_deref() != snapshot.as_str());
     let events = w.reconcile();
     assert_eq!(reasons(&events), [reason::DRIFT_CORRECTED]);
-    assert!(events[0].message.contains("ConfigMap data"));
-    assert_eq!(w.cm_version(), "v1");
-    // The ConfigMap deleted.
-    w.config_maps.clear();
-    assert_eq!(reasons(&w.reconcile()), [reason::DRIFT_CORRECTED]);
+    assert!(events[0].message.contains("ConfigMap missing"));
     assert_eq!(w.cm_version(), "v1");
     assert_eq!(w.status().phase, Some(Phase::Ready));
 }
@@ -1005,12 +1089,12 @@ fn renaming_the_target_releases_the_old_one_first() {
         [reason::TARGET_RELEASED, reason::ROLLOUT_STARTED]
     );
     let Write::ApplyDeployment {
-        name, best_effort, ..
+        name, release, ..
     } = &w.writes[0]
     else {
         panic!("release first")
     };
-    assert_eq!((name.as_str(), *best_effort), ("svc", true));
+    assert_eq!((name.as_str(), *release), ("svc", true));
     let old = &w.other_deployments[0];
     let env = &old["spec"]["template"]["spec"]["containers"][0]["env"][0];
     assert_eq!(
@@ -1028,50 +1112,66 @@ fn renaming_the_target_releases_the_old_one_first() {
         old["spec"]["template"]["metadata"]["annotations"][MANIFEST_HASH_ANNOTATION],
         json!(crate::plan::released_manifest_hash())
     );
-    assert_eq!(
-        w.preload()["valueFrom"]["configMapKeyRef"]["name"],
-        "svc-model-manifest"
-    );
+    assert_eq!(w.cm_version(), "v1");
 }
 
 #[test]
-fn renaming_the_config_map_deletes_the_old_one_before_claiming_the_new() {
+fn renaming_the_config_map_deletes_the_old_ones_only_once_no_pod_reads_them() {
     let mut w = World::ready_at("v1");
+    let old = w.preload()["valueFrom"]["configMapKeyRef"]["name"].clone();
     w.resource.spec["manifestConfigMapName"] = json!("models");
     w.resource.generation += 1;
     w.reconcile();
-    let Write::DeleteConfigMap { name, uid } = &w.writes[0] else {
-        panic!("delete first: {:?}", w.writes)
-    };
-    assert_eq!(
-        (name.as_str(), uid.as_deref()),
-        ("svc-model-manifest", Some("cm-svc-model-manifest"))
+    assert!(
+        !w.writes
+            .iter()
+            .any(|w| matches!(w, Write::DeleteConfigMap { .. })),
+        "old pods still read the old ConfigMap: {:?}",
+        w.writes
     );
-    let names: Vec<_> = w
-        .config_maps
-        .iter()
-        .map(|c| c.metadata.name.clone().unwrap())
-        .collect();
-    assert_eq!(names, ["models"]);
     assert_eq!(
-        w.preload()["valueFrom"]["configMapKeyRef"]["name"],
-        "models"
+        w.version_in(old.as_str().unwrap()).as_deref(),
+        Some("v1"),
+        "a recreated old pod still finds its ConfigMap"
     );
+    let new = w.preload()["valueFrom"]["configMapKeyRef"]["name"].clone();
+    assert!(new.as_str().unwrap().starts_with("models-"), "{new}");
+    w.pods_ready();
+    w.reconcile();
+    assert_eq!(w.config_map_names(), ["models".to_owned(), new.as_str().unwrap().to_owned()]);
 }
 
 // ---- deletion ----
 
 #[test]
-fn deletion_releases_the_target_and_deletes_the_config_map() {
+fn deletion_releases_the_target_then_deletes_the_config_maps_once_no_pod_reads_them() {
     let mut w = World::ready_at("v1");
     w.resource.deleting = true;
+    let d = w.decide();
+    assert!(
+        !d.writes
+            .iter()
+            .any(|w| matches!(w, Write::DeleteConfigMap { .. })),
+        "never in the same decision as the release, which may fail: {:?}",
+        d.writes
+    );
+    assert!(!d.finished);
     let events = w.reconcile();
     assert_eq!(reasons(&events), [reason::TARGET_RELEASED]);
-    assert!(w.config_maps.is_empty());
     assert_eq!(
         w.preload(),
         json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS"})
     );
+    assert_eq!(
+        w.config_maps.len(),
+        2,
+        "pods of the model's template remain until the released one has rolled"
+    );
+    assert!(!w.decide().finished);
+    w.pods_ready();
+    w.reconcile();
+    assert!(w.config_maps.is_empty());
+    assert!(w.decide().finished, "now the finalizer may go");
     assert!(
         w.deployment.is_some(),
         "the Deployment itself is never deleted"
@@ -1084,8 +1184,45 @@ fn deletion_with_an_invalid_spec_still_releases() {
     w.resource.spec = json!({"family": "1nvalid"});
     w.resource.deleting = true;
     w.reconcile();
+    w.pods_ready();
+    w.reconcile();
     assert!(w.config_maps.is_empty());
     assert!(w.preload().get("valueFrom").is_none());
+    assert!(w.decide().finished);
+}
+
+#[test]
+fn deletion_of_a_resource_whose_target_is_gone_deletes_its_config_maps() {
+    let mut w = World::ready_at("v1");
+    w.deployment = None;
+    w.resource.deleting = true;
+    w.reconcile();
+    assert!(w.config_maps.is_empty());
+    assert!(w.decide().finished);
+}
+
+#[test]
+fn the_manifest_config_maps_are_also_owned_by_the_target() {
+    // A foreground deletion of the resource (Argo CD's prune) makes the
+    // garbage collector delete its dependents first; one that still has
+    // the Deployment as an owner is kept until the operator releases it.
+    let w = World::ready_at("v1");
+    for cm in &w.config_maps {
+        let refs = cm.metadata.owner_references.as_ref().unwrap();
+        let kinds: Vec<(&str, &str)> = refs
+            .iter()
+            .map(|r| (r.kind.as_str(), r.uid.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [("OpenMedModel", UID), ("Deployment", "uid-svc")],
+            "{:?}",
+            cm.metadata.name
+        );
+        let by_target = &refs[1];
+        assert_eq!(by_target.block_owner_deletion, None);
+        assert_eq!(by_target.controller, None);
+    }
 }
 
 #[test]
@@ -1253,5 +1390,233 @@ fn lookups_the_shell_needs_come_from_the_raw_spec() {
     assert_eq!(
         config_map_names(&w.resource),
         ["models", "svc-model-manifest"]
+    );
+}
+
+// ---- a pod always loads the model of its own template ----
+
+#[test]
+fn a_recreated_pod_of_the_old_replica_set_loads_the_old_model_during_a_rollout() {
+    let mut w = World::ready_at("v1");
+    let old = w.preload()["valueFrom"]["configMapKeyRef"]["name"].clone();
+    w.set_version("broken");
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.cm_version(), "broken", "the new template reads the new version");
+    assert_eq!(
+        w.version_in(old.as_str().unwrap()).as_deref(),
+        Some("v1"),
+        "what the old template reads did not change underneath it"
+    );
+    // The rollout fails and is rolled back: the restored template reads v1
+    // again, and the failed one's pods read what they always read.
+    let failed = w.preload()["valueFrom"]["configMapKeyRef"]["name"].clone();
+    w.now += 600;
+    w.deadline_exceeded();
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+    assert_eq!(w.cm_version(), "v1");
+    assert_eq!(w.preload()["valueFrom"]["configMapKeyRef"]["name"], old);
+    assert_eq!(
+        w.version_in(failed.as_str().unwrap()).as_deref(),
+        Some("broken")
+    );
+}
+
+#[test]
+fn a_template_that_reads_the_pointer_is_kept_and_the_pointer_waits_for_its_pods() {
+    // A template written before snapshots (by the earlier operator, or an
+    // earlier openmed-op) reads the pointer.
+    let mut w = World::ready_at("v1");
+    let pointer = json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS",
+        "valueFrom": {"configMapKeyRef": {"name": "svc-model-manifest", "key": "OPENMED_SERVICE_PRELOAD_MODELS"}}});
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["env"] = json!([pointer]);
+    w.dep()["spec"]["template"]["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove(MANIFEST_SNAPSHOT_LABEL);
+    let generation = w.dep()["metadata"]["generation"].clone();
+    // Upgrading the operator restarts no pod: the template stays as it is.
+    assert!(w.reconcile().is_empty());
+    assert!(w.writes.is_empty(), "{:?}", w.writes);
+    assert_eq!(w.dep()["metadata"]["generation"], generation);
+    // The next version moves the template to a snapshot; the pointer keeps
+    // what the old pods read until none of them is left.
+    w.set_version("v2");
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.cm_version(), "v2");
+    assert_eq!(w.pointer_version().as_deref(), Some("v1"));
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.pointer_version().as_deref(), Some("v1"));
+    w.pods_ready();
+    w.reconcile();
+    assert_eq!(w.pointer_version().as_deref(), Some("v2"));
+}
+
+#[test]
+fn a_pointer_read_by_the_template_is_restored_at_once() {
+    let mut w = World::ready_at("v1");
+    let pointer = json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS",
+        "valueFrom": {"configMapKeyRef": {"name": "svc-model-manifest", "key": "OPENMED_SERVICE_PRELOAD_MODELS"}}});
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["env"] = json!([pointer]);
+    w.dep()["spec"]["template"]["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove(MANIFEST_SNAPSHOT_LABEL);
+    w.reconcile();
+    let cm = w
+        .config_maps
+        .iter_mut()
+        .find(|c| c.metadata.name.as_deref() == Some("svc-model-manifest"))
+        .unwrap();
+    cm.data
+        .as_mut()
+        .unwrap()
+        .insert("OPENMED_SERVICE_PRELOAD_MODELS".into(), "evil".into());
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::DRIFT_CORRECTED]);
+    assert_eq!(w.cm_version(), "v1");
+}
+
+#[test]
+fn snapshots_are_kept_while_retained_or_referenced_by_a_replica_set() {
+    let mut w = World::ready_at("v1");
+    let v1 = w.preload()["valueFrom"]["configMapKeyRef"]["name"].clone();
+    let v1_short = w.dep()["spec"]["template"]["metadata"]["labels"][MANIFEST_SNAPSHOT_LABEL]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A ReplicaSet of the revision history references v1 all along.
+    w.replica_sets = vec![v1_short];
+    w.upgrade("v2");
+    w.upgrade("v3");
+    // v1 is no longer a retained rollback target, yet it is kept.
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.version_in(v1.as_str().unwrap()).as_deref(), Some("v1"));
+    w.replica_sets.clear();
+    w.reconcile();
+    assert_eq!(w.version_in(v1.as_str().unwrap()), None, "collected");
+    let retained: Vec<String> = w
+        .config_map_names()
+        .into_iter()
+        .filter(|n| n != "svc-model-manifest")
+        .map(|n| w.version_in(&n).unwrap())
+        .collect();
+    assert_eq!(retained.len(), 2);
+    assert!(retained.contains(&"v2".to_owned()) && retained.contains(&"v3".to_owned()));
+}
+
+// ---- fault paths ----
+
+#[test]
+fn finishing_its_own_interrupted_write_is_not_drift() {
+    let mut w = World::ready_at("v1");
+    w.set_version("v2");
+    w.now += 10;
+    // The intent is recorded and the snapshot written; the operator dies
+    // before the Deployment write.
+    let d = w.decide();
+    w.resource.status = d.status;
+    w.execute(&d.writes[0]);
+    assert!(matches!(d.writes[1], Write::ApplyDeployment { .. }));
+    let events = w.reconcile();
+    assert!(
+        !reasons(&events).contains(&reason::DRIFT_CORRECTED),
+        "its own unfinished write is not another writer's: {events:?}"
+    );
+    assert_eq!(w.cm_version(), "v2");
+}
+
+#[test]
+fn the_deadline_is_judged_on_the_servers_clock() {
+    // The operator's clock runs a second behind the control plane's.
+    let mut w = World::ready_at("v1");
+    w.server_ahead = 1;
+    w.set_version("broken");
+    w.now += 10;
+    w.reconcile();
+    w.now += 600;
+    w.deadline_exceeded();
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+    // The controller has seen the rollback's generation but, the restored
+    // ReplicaSet not having moved yet, still shows the deadline condition
+    // that caused the rollback.
+    let generation = w.dep()["metadata"]["generation"].clone();
+    w.dep()["status"]["observedGeneration"] = generation;
+    w.now += 1;
+    let events = w.reconcile();
+    assert!(
+        !reasons(&events).contains(&reason::ROLLBACK_FAILED),
+        "the old condition counted again: {events:?}"
+    );
+    assert_ne!(w.status().phase, Some(Phase::Failed));
+    w.pods_ready();
+    assert_eq!(reasons(&w.reconcile()), [reason::ROLLBACK_SUCCEEDED]);
+}
+
+#[test]
+fn a_replicas_only_change_keeps_the_previous_version_retained() {
+    let mut w = World::ready_at("v1");
+    w.upgrade("v2");
+    w.resource.spec["replicas"] = json!(3);
+    w.resource.generation += 1;
+    w.now += 10;
+    w.reconcile();
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    let s = w.status();
+    assert_eq!(s.phase, Some(Phase::Ready));
+    assert_eq!(s.last_successful_spec.as_ref().unwrap().replicas, Some(3));
+    assert_eq!(
+        s.previous_successful_spec.as_ref().unwrap().version,
+        "v1",
+        "a rollback target is a version; none succeeded since v2"
+    );
+}
+
+#[test]
+fn a_resource_being_deleted_is_still_a_rival_until_it_is_gone() {
+    let me = World::new(spec("v1")).resource;
+    assert!(is_rival(&me, "ns", "leaving", "svc"));
+    assert!(!is_rival(&me, "ns", "svc", "svc"), "not itself");
+    assert!(!is_rival(&me, "other", "leaving", "svc"));
+    assert!(!is_rival(&me, "ns", "leaving", "elsewhere"));
+    // Held by a resource being deleted, the target is not claimed.
+    let mut w = World::new(spec("v1"));
+    w.dep()["metadata"]["annotations"] = json!({MODEL_RESOURCE_ANNOTATION: "ns/leaving"});
+    w.rivals = vec![Rival {
+        key: "ns/leaving".into(),
+        created: Some(at(-10)),
+    }];
+    assert_eq!(reasons(&w.reconcile()), [reason::TARGET_CONFLICT]);
+    assert!(w.writes.is_empty());
+}
+
+#[test]
+fn a_decision_clears_the_shells_error_report() {
+    let mut w = World::ready_at("v1");
+    let before = w.status().clone();
+    let mut errored = before.clone();
+    conditions::set(
+        &mut errored.conditions,
+        RECONCILING,
+        true,
+        reason::RETRYING_AFTER_ERROR,
+        "reconcile failed: server",
+        1,
+        &at(0),
+    );
+    w.resource.status = errored;
+    let d = w.decide();
+    assert!(
+        d.status
+            .conditions
+            .iter()
+            .all(|c| c.reason != reason::RETRYING_AFTER_ERROR)
     );
 }
