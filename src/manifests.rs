@@ -42,6 +42,8 @@ pub struct Model {
     /// Index of a ConfigMap document this resource already owns (an earlier
     /// render's output), which the plan replaces.
     pub config_map_doc: Option<usize>,
+    /// Index of the manifest snapshot's document, likewise.
+    pub snapshot_doc: Option<usize>,
 }
 
 /// The judged set.
@@ -180,7 +182,10 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
             ok = false;
         }
         let config_map_doc = index.config_map(&namespace, &config_map_name);
-        if let Some(c) = config_map_doc {
+        let snapshot_name = plan.snapshot.metadata.name.clone().unwrap_or_default();
+        let snapshot_doc = index.config_map(&namespace, &snapshot_name);
+        for (name, found) in [(&config_map_name, config_map_doc), (&snapshot_name, snapshot_doc)] {
+            let Some(c) = found else { continue };
             let owner = docs[c]
                 .value
                 .pointer("/metadata/annotations")
@@ -192,7 +197,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
                         &doc.at("spec"),
                         rule::TARGET_CONFLICT,
                         format!(
-                            "ConfigMap {config_map_name} is already defined at {} and is not owned by this resource; set spec.manifestConfigMapName to another name",
+                            "ConfigMap {name} is already defined at {} and is not owned by this resource; set spec.manifestConfigMapName to another name",
                             docs[c].at("metadata.name")
                         ),
                     )
@@ -211,6 +216,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
                 plan,
                 target_doc,
                 config_map_doc,
+                snapshot_doc,
             });
         }
     }

@@ -153,7 +153,11 @@ fn a_target_in_the_input_gets_exactly_the_operator_fields() {
         &text.replace(dir.path().to_str().unwrap(), "DIR"),
     );
     let output = docs(&text);
-    assert_eq!(output.len(), 3, "Deployment, OpenMedModel, ConfigMap");
+    assert_eq!(
+        output.len(),
+        4,
+        "Deployment, OpenMedModel, pointer and snapshot ConfigMaps"
+    );
     let input = docs(DEPLOYMENT).remove(0);
     let mut rendered = output[0].clone();
     // Everything but the owned fields is untouched.
@@ -164,10 +168,14 @@ fn a_target_in_the_input_gets_exactly_the_operator_fields() {
         env[1].get("value").is_none(),
         "the literal value is replaced"
     );
+    let snapshot = &output[3];
+    assert_eq!(snapshot["immutable"], true);
     assert_eq!(
         env[1]["valueFrom"]["configMapKeyRef"]["name"],
-        "svc-model-manifest"
+        snapshot["metadata"]["name"],
+        "the template reads the immutable snapshot"
     );
+    assert_eq!(snapshot["data"], output[2]["data"], "same bytes as the pointer");
     assert_eq!(env[2]["name"], "LAST");
     assert_eq!(rendered["spec"]["replicas"], 3);
     assert_eq!(rendered["spec"]["selector"], input["spec"]["selector"]);
@@ -185,7 +193,7 @@ fn without_its_target_a_resource_gets_a_strategic_merge_patch() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     golden("patch.yaml", &stdout(&out));
     let output = docs(&stdout(&out));
-    let patch = &output[2];
+    let patch = &output[3];
     assert_eq!(patch["kind"], "Deployment");
     assert!(
         patch["spec"].get("selector").is_none(),
@@ -214,12 +222,13 @@ fn other_documents_pass_through_unchanged_and_in_order() {
             "Service",
             "OpenMedModel",
             "ConfigMap",
+            "ConfigMap",
             "Deployment",
             "ConfigMap"
         ]
     );
     assert_eq!(output[0], docs(other)[0]);
-    assert_eq!(output[4], docs(cm)[0]);
+    assert_eq!(output[5], docs(cm)[0]);
     // Key order is kept too, so diffs stay small.
     assert!(
         stdout(&out).contains("data:\n  z: '1'\n  a: '2'\n"),
@@ -404,7 +413,13 @@ fn directories_are_read_recursively_in_sorted_order() {
         .collect();
     assert_eq!(
         kinds,
-        ["Namespace", "OpenMedModel", "ConfigMap", "Deployment"]
+        [
+            "Namespace",
+            "OpenMedModel",
+            "ConfigMap",
+            "ConfigMap",
+            "Deployment"
+        ]
     );
 }
 

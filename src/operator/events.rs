@@ -164,3 +164,36 @@ impl Recorder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(uid: &str, generation: i64) -> RawModel {
+        serde_json::from_value(json!({
+            "apiVersion": API_VERSION, "kind": KIND,
+            "metadata": {"name": "m", "namespace": "ns", "uid": uid, "generation": generation},
+            "spec": {},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn counts_are_kept_per_resource_for_its_current_generation_only() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let recorder = Recorder::new(Client::try_from(config).unwrap(), "test".into());
+        recorder.remember(&model("a", 1), "m.1".into(), 3);
+        recorder.remember(&model("b", 1), "m.2".into(), 1);
+        assert_eq!(recorder.known(&model("a", 1), "m.1"), Some(3));
+        recorder.remember(&model("a", 2), "m.3".into(), 1);
+        assert_eq!(
+            recorder.known(&model("a", 1), "m.1"),
+            None,
+            "a new generation drops the old counts"
+        );
+        assert_eq!(recorder.remembered(), 2);
+        recorder.forget(&model("a", 2));
+        recorder.forget(&model("b", 1));
+        assert_eq!(recorder.remembered(), 0, "a deleted resource leaves nothing");
+    }
+}

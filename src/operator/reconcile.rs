@@ -709,3 +709,27 @@ async fn execute(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_one_second_to_five_minutes() {
+        let delays: Vec<u64> = (1..=12).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_status_conflict_and_a_decision_that_never_settles_are_errors_that_back_off() {
+        // Both used to requeue after 1 s as a success, resetting the backoff.
+        let conflict = Error::Api(kube::Error::Api(
+            Box::new(kube::core::Status::failure("the object has been modified", "Conflict").with_code(409)),
+        ));
+        assert_eq!(conflict.category(), "conflict");
+        let stuck = Error::NotConverged("apply Deployment svc".into());
+        assert_eq!(stuck.category(), "not-converged");
+        assert!(stuck.to_string().contains("apply Deployment svc"));
+    }
+}

@@ -76,9 +76,24 @@ pub fn snapshot(
         .labels
         .get_or_insert_default()
         .insert(MANIFEST_SNAPSHOT_LABEL.to_owned(), short.to_owned());
+    // When a GitOps tool applies rendered manifests, the next version's
+    // render no longer lists this snapshot, and the tool would prune it
+    // while old pods and the rollback still need it. The operator collects
+    // it instead, once nothing reads it.
+    let annotations = cm.metadata.annotations.get_or_insert_default();
+    for (key, value) in KEEP_FROM_PRUNING {
+        annotations.insert(key.to_owned(), value.to_owned());
+    }
     cm.immutable = Some(true);
     cm
 }
+
+/// The annotations with which Argo CD and Flux leave an object in place
+/// when it disappears from the manifests they apply.
+const KEEP_FROM_PRUNING: [(&str, &str); 2] = [
+    ("argocd.argoproj.io/sync-options", "Prune=false"),
+    ("kustomize.toolkit.fluxcd.io/prune", "disabled"),
+];
 
 /// The first ten hex digits of a `sha256:` manifest hash: short enough for
 /// a name suffix and a label value, long enough never to collide among the

@@ -4,8 +4,9 @@
 //! plan them, and lays out the result as a stream a GitOps tool can apply or
 //! diff: every input document in order (non-OpenMedModels untouched), the
 //! target Deployment with the operator's fields set, and for each resource
-//! its ConfigMap and, when its Deployment is not in the input, a
-//! strategic-merge patch for kustomize `patches:`. Rendering its own output
+//! its pointer ConfigMap, the immutable snapshot its pod template reads and,
+//! when its Deployment is not in the input, a strategic-merge patch for
+//! kustomize `patches:`. Rendering its own output
 //! again gives the same output.
 
 pub mod krm;
@@ -79,9 +80,10 @@ pub fn render(
             .filter_map(|m| Some((pick(m)?, m)))
             .collect()
     };
-    let (as_target, as_config_map, as_model) = (
+    let (as_target, as_config_map, as_snapshot, as_model) = (
         index(|m| m.target_doc),
         index(|m| m.config_map_doc),
+        index(|m| m.snapshot_doc),
         index(|m| Some(m.doc)),
     );
     let mut documents = Vec::with_capacity(docs.len() + 2 * resolved.models.len());
@@ -96,13 +98,18 @@ pub fn render(
                 .expect("resolve checked the container");
             documents.push(deployment);
         } else if let Some(model) = as_config_map.get(&i) {
-            documents.push(config_map_document(model));
+            documents.push(config_map_document(&model.plan.config_map));
+        } else if let Some(model) = as_snapshot.get(&i) {
+            documents.push(config_map_document(&model.plan.snapshot));
         } else {
             documents.push(doc.value.clone());
         }
         if let Some(model) = as_model.get(&i) {
             if model.config_map_doc.is_none() {
-                documents.push(config_map_document(model));
+                documents.push(config_map_document(&model.plan.config_map));
+            }
+            if model.snapshot_doc.is_none() {
+                documents.push(config_map_document(&model.plan.snapshot));
             }
             if model.target_doc.is_none() {
                 match missing {
@@ -146,9 +153,9 @@ pub fn render(
     })
 }
 
-/// The ConfigMap as a document, keys in the order people read manifests.
-fn config_map_document(model: &Model) -> Value {
-    let mut value = serde_json::to_value(&model.plan.config_map).expect("a ConfigMap serializes");
+/// A ConfigMap as a document, keys in the order people read manifests.
+fn config_map_document(config_map: &k8s_openapi::api::core::v1::ConfigMap) -> Value {
+    let mut value = serde_json::to_value(config_map).expect("a ConfigMap serializes");
     if let Some(meta) = value.get_mut("metadata") {
         order_keys(
             meta,
@@ -161,7 +168,10 @@ fn config_map_document(model: &Model) -> Value {
             ],
         );
     }
-    order_keys(&mut value, &["apiVersion", "kind", "metadata", "data"]);
+    order_keys(
+        &mut value,
+        &["apiVersion", "kind", "metadata", "immutable", "data"],
+    );
     value
 }
 
