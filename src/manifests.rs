@@ -184,7 +184,10 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
         let config_map_doc = index.config_map(&namespace, &config_map_name);
         let snapshot_name = plan.snapshot.metadata.name.clone().unwrap_or_default();
         let snapshot_doc = index.config_map(&namespace, &snapshot_name);
-        for (name, found) in [(&config_map_name, config_map_doc), (&snapshot_name, snapshot_doc)] {
+        for (name, found) in [
+            (&config_map_name, config_map_doc),
+            (&snapshot_name, snapshot_doc),
+        ] {
             let Some(c) = found else { continue };
             let owner = docs[c]
                 .value

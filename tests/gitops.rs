@@ -129,6 +129,7 @@ fn the_krm_function_renders_items_as_render_does() {
             "Deployment",
             "Service",
             "OpenMedModel",
+            "ConfigMap",
             "ConfigMap"
         ]
     );
@@ -223,7 +224,16 @@ fn a_krm_resource_without_its_deployment_gets_a_warning_not_a_patch() {
         .iter()
         .map(|i| i["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["Namespace", "Service", "OpenMedModel", "ConfigMap"]);
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "Service",
+            "OpenMedModel",
+            "ConfigMap",
+            "ConfigMap"
+        ]
+    );
     assert_eq!(list["results"][0]["severity"], "warning");
 }
 

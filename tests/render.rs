@@ -171,11 +171,13 @@ fn a_target_in_the_input_gets_exactly_the_operator_fields() {
     let snapshot = &output[3];
     assert_eq!(snapshot["immutable"], true);
     assert_eq!(
-        env[1]["valueFrom"]["configMapKeyRef"]["name"],
-        snapshot["metadata"]["name"],
+        env[1]["valueFrom"]["configMapKeyRef"]["name"], snapshot["metadata"]["name"],
         "the template reads the immutable snapshot"
     );
-    assert_eq!(snapshot["data"], output[2]["data"], "same bytes as the pointer");
+    assert_eq!(
+        snapshot["data"], output[2]["data"],
+        "same bytes as the pointer"
+    );
     assert_eq!(env[2]["name"], "LAST");
     assert_eq!(rendered["spec"]["replicas"], 3);
     assert_eq!(rendered["spec"]["selector"], input["spec"]["selector"]);

@@ -194,6 +194,10 @@ mod tests {
         assert_eq!(recorder.remembered(), 2);
         recorder.forget(&model("a", 2));
         recorder.forget(&model("b", 1));
-        assert_eq!(recorder.remembered(), 0, "a deleted resource leaves nothing");
+        assert_eq!(
+            recorder.remembered(),
+            0,
+            "a deleted resource leaves nothing"
+        );
     }
 }

@@ -62,14 +62,17 @@ impl Health {
     pub fn ready(&self, now: Instant) -> Result<(), String> {
         let unsynced = self.unsynced.load(Ordering::SeqCst);
         if unsynced > 0 {
-            return Err(format!("{unsynced} controller scope(s) still syncing their caches"));
+            return Err(format!(
+                "{unsynced} controller scope(s) still syncing their caches"
+            ));
         }
         let failing = self.failing.lock().expect("health");
         let stuck: Vec<String> = failing
             .iter()
             .filter_map(|(watch, since)| {
                 let for_ = now.duration_since((*since)?);
-                (for_ > WATCH_FAILURE_BOUND).then(|| format!("{watch} failing for {}s", for_.as_secs()))
+                (for_ > WATCH_FAILURE_BOUND)
+                    .then(|| format!("{watch} failing for {}s", for_.as_secs()))
             })
             .collect();
         if stuck.is_empty() {
@@ -100,7 +103,11 @@ mod tests {
         h.synced();
         assert_eq!(h.ready(t0), Ok(()));
         h.observe("deployments", false, t0);
-        assert_eq!(h.ready(t0 + WATCH_FAILURE_BOUND), Ok(()), "within the bound");
+        assert_eq!(
+            h.ready(t0 + WATCH_FAILURE_BOUND),
+            Ok(()),
+            "within the bound"
+        );
         h.observe("deployments", false, t0 + Duration::from_secs(30));
         let late = t0 + WATCH_FAILURE_BOUND + Duration::from_secs(1);
         let err = h.ready(late).unwrap_err();

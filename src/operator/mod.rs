@@ -22,9 +22,9 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::api::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{error, info, warn};
@@ -235,8 +235,8 @@ async fn run_scope(
         metrics.clone(),
     )
     .modify(forget_managed_fields)
-        .reflect(model_writer)
-        .applied_objects();
+    .reflect(model_writer)
+    .applied_objects();
     let controller = Controller::for_stream(model_events, models.clone())
         .with_config(controller::Config::default().concurrency(options.concurrency));
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());

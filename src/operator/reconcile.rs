@@ -21,8 +21,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
-    Api, DeleteParams, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams,
-    Preconditions,
+    Api, DeleteParams, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams, Preconditions,
 };
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -202,7 +201,11 @@ async fn report_error(api: &Api<RawModel>, obj: &RawModel, error: &Error) {
     }
     let patch = serde_json::json!({ "status": { "conditions": conditions } });
     if let Err(e) = api
-        .patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         warn!(error = %e, "could not report the error in the Reconciling condition");
@@ -218,19 +221,31 @@ async fn add_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error>
         "finalizers": finalizers,
         "resourceVersion": obj.resource_version(),
     }});
-    api.patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
     Ok(())
 }
 
 async fn remove_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error> {
-    let finalizers: Vec<&String> = obj.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+    let finalizers: Vec<&String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .collect();
     let patch = serde_json::json!({ "metadata": {
         "finalizers": finalizers,
         "resourceVersion": obj.resource_version(),
     }});
     match api
-        .patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         Ok(_) => Ok(()),
@@ -427,8 +442,7 @@ async fn record_events(ctx: &Context, resource: &RawModel, decision: &Decision, 
         ctx.metrics
             .observe_event(event, decision.status.rollback_request.as_deref());
         info!(reason = event.reason, message = %event.message, "event");
-        match tokio::time::timeout(EVENT_TIMEOUT, ctx.recorder.record(resource, event, now)).await
-        {
+        match tokio::time::timeout(EVENT_TIMEOUT, ctx.recorder.record(resource, event, now)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => warn!(error = %e, reason = event.reason, "could not record event"),
             Err(_) => warn!(reason = event.reason, "recording the event timed out"),
@@ -724,9 +738,9 @@ mod tests {
     #[test]
     fn a_status_conflict_and_a_decision_that_never_settles_are_errors_that_back_off() {
         // Both used to requeue after 1 s as a success, resetting the backoff.
-        let conflict = Error::Api(kube::Error::Api(
-            Box::new(kube::core::Status::failure("the object has been modified", "Conflict").with_code(409)),
-        ));
+        let conflict = Error::Api(kube::Error::Api(Box::new(
+            kube::core::Status::failure("the object has been modified", "Conflict").with_code(409),
+        )));
         assert_eq!(conflict.category(), "conflict");
         let stuck = Error::NotConverged("apply Deployment svc".into());
         assert_eq!(stuck.category(), "not-converged");

@@ -99,7 +99,9 @@ const KEEP_FROM_PRUNING: [(&str, &str); 2] = [
 /// a name suffix and a label value, long enough never to collide among the
 /// versions of one model (kustomize's `configMapGenerator` uses ten too).
 pub fn snapshot_suffix(manifest_hash: &str) -> &str {
-    let hex = manifest_hash.strip_prefix("sha256:").unwrap_or(manifest_hash);
+    let hex = manifest_hash
+        .strip_prefix("sha256:")
+        .unwrap_or(manifest_hash);
     &hex[..hex.len().min(10)]
 }
 
@@ -146,12 +148,18 @@ mod tests {
     #[test]
     fn snapshot_names_stay_valid_for_the_longest_pointer() {
         let hash = "sha256:0123456789abcdef";
-        assert_eq!(snapshot_name("svc-model-manifest", hash), "svc-model-manifest-0123456789");
+        assert_eq!(
+            snapshot_name("svc-model-manifest", hash),
+            "svc-model-manifest-0123456789"
+        );
         let long = format!("{}.{}", "a".repeat(200), "b".repeat(52));
         let name = snapshot_name(&long, hash);
         assert_eq!(name.len(), 253);
         assert!(name.ends_with("b-0123456789"));
         let dotted = format!("{}.b", "a".repeat(241));
-        assert_eq!(snapshot_name(&dotted, hash), format!("{}-0123456789", "a".repeat(241)));
+        assert_eq!(
+            snapshot_name(&dotted, hash),
+            format!("{}-0123456789", "a".repeat(241))
+        );
     }
 }

@@ -523,8 +523,13 @@ mod tests {
         f.apply_to(&mut d).unwrap();
         let env = &d["spec"]["template"]["spec"]["containers"][0]["env"][0];
         assert!(env.get("value").is_none());
-        let name = env["valueFrom"]["configMapKeyRef"]["name"].as_str().unwrap();
-        assert_eq!(name, format!("svc-model-manifest-{}", f.snapshot_label.as_ref().unwrap()));
+        let name = env["valueFrom"]["configMapKeyRef"]["name"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            name,
+            format!("svc-model-manifest-{}", f.snapshot_label.as_ref().unwrap())
+        );
         assert_eq!(
             d["spec"]["template"]["metadata"]["labels"][MANIFEST_SNAPSHOT_LABEL],
             json!(f.snapshot_label)

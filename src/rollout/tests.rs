@@ -375,7 +375,10 @@ fn server_side_apply(target: &mut Value, body: &Value, landed: Value) {
     )) {
         Some(short) => labels[MANIFEST_SNAPSHOT_LABEL] = short.clone(),
         None => {
-            labels.as_object_mut().unwrap().remove(MANIFEST_SNAPSHOT_LABEL);
+            labels
+                .as_object_mut()
+                .unwrap()
+                .remove(MANIFEST_SNAPSHOT_LABEL);
         }
     }
     for container in spec
@@ -1088,10 +1091,7 @@ fn renaming_the_target_releases_the_old_one_first() {
         reasons(&events),
         [reason::TARGET_RELEASED, reason::ROLLOUT_STARTED]
     );
-    let Write::ApplyDeployment {
-        name, release, ..
-    } = &w.writes[0]
-    else {
+    let Write::ApplyDeployment { name, release, .. } = &w.writes[0] else {
         panic!("release first")
     };
     assert_eq!((name.as_str(), *release), ("svc", true));
@@ -1138,7 +1138,10 @@ fn renaming_the_config_map_deletes_the_old_ones_only_once_no_pod_reads_them() {
     assert!(new.as_str().unwrap().starts_with("models-"), "{new}");
     w.pods_ready();
     w.reconcile();
-    assert_eq!(w.config_map_names(), ["models".to_owned(), new.as_str().unwrap().to_owned()]);
+    assert_eq!(
+        w.config_map_names(),
+        ["models".to_owned(), new.as_str().unwrap().to_owned()]
+    );
 }
 
 // ---- deletion ----
@@ -1402,7 +1405,11 @@ fn a_recreated_pod_of_the_old_replica_set_loads_the_old_model_during_a_rollout()
     w.set_version("broken");
     w.now += 10;
     w.reconcile();
-    assert_eq!(w.cm_version(), "broken", "the new template reads the new version");
+    assert_eq!(
+        w.cm_version(),
+        "broken",
+        "the new template reads the new version"
+    );
     assert_eq!(
         w.version_in(old.as_str().unwrap()).as_deref(),
         Some("v1"),

@@ -56,6 +56,8 @@ const DENIED: &[&[&str]] = &[
         "default",
     ],
     &["delete", "openmedmodels.openmed.ai", "-n", "default"],
+    &["patch", "replicasets.apps", "-n", "default"],
+    &["get", "pods", "-n", "default"],
 ];
 
 const GRANTED: &[&[&str]] = &[
@@ -78,6 +80,7 @@ const GRANTED: &[&[&str]] = &[
     ],
     &["patch", "deployments.apps", "-n", "default"],
     &["watch", "deployments.apps", "-A"],
+    &["watch", "replicasets.apps", "-A"],
     &["create", "configmaps", "-n", "default"],
     &["delete", "configmaps", "-n", "default"],
     &["list", "horizontalpodautoscalers.autoscaling", "-A"],
@@ -128,6 +131,7 @@ fn the_operator_deployment_is_locked_down() {
         "RuntimeDefault"
     );
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");

@@ -12,6 +12,7 @@ mod cluster;
 mod deploy;
 mod gitops;
 mod operator;
+mod snapshots;
 mod support;
 
 use libtest_mimic::{Arguments, Trial};
@@ -21,6 +22,7 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(cluster::trials());
     trials.extend(operator::trials());
+    trials.extend(snapshots::trials());
     trials.extend(deploy::trials());
     trials.extend(gitops::trials());
     let any_selected = trials.iter().any(|t| selected(&args, t.name()));

@@ -114,7 +114,7 @@ impl Env {
         }
     }
 
-    fn models(&self) -> Api<OpenMedModel> {
+    pub fn models(&self) -> Api<OpenMedModel> {
         Api::namespaced(self.client.clone(), &self.ns.name)
     }
 
@@ -122,7 +122,7 @@ impl Env {
         Api::namespaced(self.client.clone(), &self.ns.name)
     }
 
-    fn config_maps(&self) -> Api<ConfigMap> {
+    pub fn config_maps(&self) -> Api<ConfigMap> {
         Api::namespaced(self.client.clone(), &self.ns.name)
     }
 
@@ -135,7 +135,7 @@ impl Env {
         format!("OpenMed/{name}-{}", self.ns.name)
     }
 
-    async fn status(&self, name: &str) -> OpenMedModelStatus {
+    pub async fn status(&self, name: &str) -> OpenMedModelStatus {
         self.models()
             .get(name)
             .await
@@ -170,11 +170,11 @@ impl Env {
         .await
     }
 
-    async fn deployment(&self, name: &str) -> Value {
+    pub async fn deployment(&self, name: &str) -> Value {
         serde_json::to_value(self.deployments().get(name).await.unwrap()).unwrap()
     }
 
-    async fn event_reasons(&self, object: &str) -> Vec<(String, i32)> {
+    pub async fn event_reasons(&self, object: &str) -> Vec<(String, i32)> {
         let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &self.ns.name);
         let mut events: Vec<(String, i32)> = api
             .list(&ListParams::default())
@@ -202,7 +202,7 @@ impl Env {
         .await;
     }
 
-    async fn set_spec(&self, name: &str, patch: Value) {
+    pub async fn set_spec(&self, name: &str, patch: Value) {
         self.models()
             .patch(
                 name,
@@ -213,7 +213,7 @@ impl Env {
             .unwrap();
     }
 
-    async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
+    pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
         self.models()
             .patch(
                 name,
@@ -647,10 +647,16 @@ fn drift_by_another_writer_is_restored() {
             || env.deployment("svc"),
             |d| {
                 env_entry(d, "openmed-service")["valueFrom"]["configMapKeyRef"]["name"]
-                    == "svc-model-manifest"
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("svc-model-manifest-"))
             },
         )
         .await;
+        let snapshot = env_entry(&env.deployment("svc").await, "openmed-service")["valueFrom"]
+            ["configMapKeyRef"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
 
         // Another writer scales it.
         deployments
@@ -669,7 +675,8 @@ fn drift_by_another_writer_is_restored() {
         )
         .await;
 
-        // Another writer edits the ConfigMap.
+        // Another writer edits the pointer ConfigMap, which no pod reads:
+        // it is put back, without an event.
         env.config_maps()
             .patch(
                 "svc-model-manifest",
@@ -691,6 +698,17 @@ fn drift_by_another_writer_is_restored() {
             },
             |data| data["OPENMED_SERVICE_PRELOAD_MODELS"] == v1,
         )
+        .await;
+
+        // Another writer deletes the snapshot the template reads (being
+        // immutable, it cannot be edited): it is created again.
+        env.config_maps()
+            .delete(&snapshot, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for("the snapshot to be restored", ROLLOUT, || async {
+            env.config_maps().get_opt(&snapshot).await.unwrap()
+        })
         .await;
         let drift = wait_until(
             "DriftCorrected counted three times",
@@ -819,7 +837,8 @@ fn renaming_the_target_releases_the_old_one() {
             || env.deployment("svc-b"),
             |d| {
                 env_entry(d, "openmed-service")["valueFrom"]["configMapKeyRef"]["name"]
-                    == "svc-model-manifest"
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("svc-model-manifest-"))
             },
         )
         .await;
@@ -921,7 +940,9 @@ fn deletion_with_an_invalid_spec_or_a_foreign_owner_completes() {
             .patch(
                 "svc",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"minReadySeconds": 30}})),
+                // Short: deletion waits for the released pods to roll,
+                // and each new pod takes this long to count as available.
+                &Patch::Merge(json!({"spec": {"minReadySeconds": 12}})),
             )
             .await
             .unwrap();
