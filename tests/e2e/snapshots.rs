@@ -114,31 +114,24 @@ async fn pods(client: &Client, namespace: &str) -> Vec<PodView> {
     out
 }
 
-/// The ReplicaSet of the Deployment's current template.
+/// The ReplicaSet of the Deployment's current template: the one whose
+/// revision is the Deployment's, once the controller has caught up.
 async fn current_replica_set(env: &Env, deployment: &str) -> String {
-    let live = env.deployments().get(deployment).await.unwrap();
-    let template_hash = live
-        .spec
-        .and_then(|s| s.template.metadata)
-        .and_then(|m| m.annotations)
-        .and_then(|a| a.get("openmed.ai/model-manifest-hash").cloned())
-        .unwrap();
+    const REVISION: &str = "deployment.kubernetes.io/revision";
     wait_for("the current template's ReplicaSet", WAIT, || async {
+        let live = env.deployments().get(deployment).await.unwrap();
+        let observed = live.status.as_ref().and_then(|s| s.observed_generation);
+        if observed < live.metadata.generation {
+            return None;
+        }
+        let revision = live.annotations().get(REVISION)?.clone();
         let api: Api<ReplicaSet> = Api::namespaced(env.client.clone(), &env.ns.name);
         api.list(&ListParams::default())
             .await
             .unwrap()
             .items
             .into_iter()
-            .find(|rs| {
-                rs.spec
-                    .as_ref()
-                    .and_then(|s| s.template.as_ref())
-                    .and_then(|t| t.metadata.as_ref())
-                    .and_then(|m| m.annotations.as_ref())
-                    .and_then(|a| a.get("openmed.ai/model-manifest-hash"))
-                    == Some(&template_hash)
-            })
+            .find(|rs| rs.annotations().get(REVISION) == Some(&revision))
             .map(|rs| rs.name_any())
     })
     .await
@@ -316,9 +309,12 @@ fn renaming_the_config_map_never_leaves_a_pod_without_its_config_map() {
                 .map(|c| c.name_any())
                 .filter(|n| n.contains("model-manifest") || n.starts_with("models"))
                 .collect();
+            // The old pointer goes; the old snapshot stays while the old
+            // ReplicaSet (revision history) references it.
             let settled = s.phase == Some(Phase::Ready)
+                && now.len() == 2
                 && now.iter().all(|p| p.replica_set != old_set && p.ready)
-                && names.iter().all(|n| n.starts_with("models"));
+                && !names.iter().any(|n| n == "svc-model-manifest");
             if settled {
                 break;
             }
