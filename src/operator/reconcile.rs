@@ -199,17 +199,47 @@ async fn report_error(api: &Api<RawModel>, obj: &RawModel, error: &Error) {
     if conditions == view.status.conditions {
         return;
     }
-    let patch = serde_json::json!({ "status": { "conditions": conditions } });
+    // A replace of the status the cache holds, with its resourceVersion:
+    // the verb the operator already has, and a conflict rather than an
+    // overwrite when the status moved on meanwhile.
+    let mut status = obj.status.clone().unwrap_or_else(|| serde_json::json!({}));
+    status["conditions"] = serde_json::to_value(&conditions).unwrap_or_default();
+    let mut next = obj.clone();
+    next.status = Some(status);
+    next.types = Some(kube::api::TypeMeta {
+        api_version: API_VERSION.to_owned(),
+        kind: KIND.to_owned(),
+    });
     if let Err(e) = api
-        .patch_status(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+        .replace_status(&obj.name_any(), &PostParams::default(), &next)
         .await
     {
         warn!(error = %e, "could not report the error in the Reconciling condition");
     }
+}
+
+/// Keeps a standing error report (`Reconciling`, `RetryingAfterError`) in a
+/// status written while the reconcile still has writes to make: only a
+/// reconcile that gets to the end clears it. Clearing it on the way would
+/// change the status, whose watch event starts the next reconcile at once,
+/// which fails and reports again: a loop around the backoff.
+fn keep_error_report(status: &mut OpenMedModelStatus, stored: &OpenMedModelStatus) {
+    use rollout::conditions::RECONCILING;
+    let Some(report) = stored
+        .conditions
+        .iter()
+        .find(|c| c.type_ == RECONCILING && c.reason == rollout::reason::RETRYING_AFTER_ERROR)
+    else {
+        return;
+    };
+    status.conditions.retain(|c| c.type_ != RECONCILING);
+    status.conditions.push(report.clone());
+    // Keep the condition order the core uses, so the comparison with the
+    // stored status sees no change.
+    let order = |t: &str| stored.conditions.iter().position(|c| c.type_ == t);
+    status
+        .conditions
+        .sort_by_key(|c| order(&c.type_).unwrap_or(usize::MAX));
 }
 
 async fn add_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error> {
@@ -387,11 +417,15 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
             live = true;
             continue;
         }
-        if decision.status != view.status {
+        let mut status = decision.status.clone();
+        if !decision.writes.is_empty() {
+            keep_error_report(&mut status, &view.status);
+        }
+        if status != view.status {
             // A conflict (someone else changed the resource) is an error
             // like any other: it backs off, and the watch event that the
             // other change brings starts a fresh reconcile.
-            current = write_status(&models, &current, &decision.status, ctx).await?;
+            current = write_status(&models, &current, &status, ctx).await?;
         }
         record_events(ctx, &current, &decision, &now).await;
         if decision.writes.is_empty() {
@@ -727,6 +761,50 @@ async fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_report_stays_until_a_reconcile_gets_to_the_end() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use rollout::conditions::{READY, RECONCILING, set};
+        let t = Time(k8s_openapi::jiff::Timestamp::from_second(0).unwrap());
+        let mut stored = OpenMedModelStatus::default();
+        set(
+            &mut stored.conditions,
+            READY,
+            true,
+            "RolloutSucceeded",
+            "ok",
+            1,
+            &t,
+        );
+        set(
+            &mut stored.conditions,
+            RECONCILING,
+            true,
+            rollout::reason::RETRYING_AFTER_ERROR,
+            "failed",
+            1,
+            &t,
+        );
+        // The core's decision drops the report and says what it thinks.
+        let mut decided = stored.clone();
+        decided.conditions.retain(|c| c.type_ != RECONCILING);
+        set(
+            &mut decided.conditions,
+            RECONCILING,
+            false,
+            "RolloutComplete",
+            "ok",
+            1,
+            &t,
+        );
+        let mut written = decided.clone();
+        keep_error_report(&mut written, &stored);
+        assert_eq!(written, stored, "no status change while writes remain");
+        let mut clean = OpenMedModelStatus::default();
+        keep_error_report(&mut clean, &OpenMedModelStatus::default());
+        assert_eq!(clean, OpenMedModelStatus::default());
+    }
 
     #[test]
     fn backoff_doubles_from_one_second_to_five_minutes() {

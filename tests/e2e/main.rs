@@ -10,6 +10,7 @@
 
 mod cluster;
 mod deploy;
+mod faults;
 mod gitops;
 mod operator;
 mod snapshots;
@@ -23,6 +24,7 @@ fn main() {
     trials.extend(cluster::trials());
     trials.extend(operator::trials());
     trials.extend(snapshots::trials());
+    trials.extend(faults::trials());
     trials.extend(deploy::trials());
     trials.extend(gitops::trials());
     let any_selected = trials.iter().any(|t| selected(&args, t.name()));

@@ -27,8 +27,8 @@ pub fn trials() -> Vec<Trial> {
             a_recreated_pod_loads_its_own_model_during_a_failing_rollout_and_after_its_rollback,
         ),
         trial(
-            "snapshots::a_recreated_pod_loads_the_restored_model_after_a_manual_rollback",
-            a_recreated_pod_loads_the_restored_model_after_a_manual_rollback,
+            "snapshots::a_recreated_pod_loads_its_own_model_during_and_after_a_manual_rollback",
+            a_recreated_pod_loads_its_own_model_during_and_after_a_manual_rollback,
         ),
         trial(
             "snapshots::a_recreated_pod_loads_the_restored_model_after_a_rollback_under_recreate",
@@ -54,7 +54,9 @@ struct PodView {
     name: String,
     replica_set: String,
     ready: bool,
-    /// What the ConfigMap its env entry names holds now (`None`: missing).
+    /// The ConfigMap its env entry names, if any.
+    reference: Option<String>,
+    /// What that ConfigMap holds now (`None`: no reference, or missing).
     model: Option<String>,
     /// The kubelet could not resolve the env entry.
     config_error: bool,
@@ -106,6 +108,7 @@ async fn pods(client: &Client, namespace: &str) -> Vec<PodView> {
                 .map(|o| o.name.clone())
                 .unwrap_or_default(),
             ready,
+            reference,
             model,
             config_error,
         });
@@ -219,13 +222,14 @@ fn a_recreated_pod_loads_its_own_model_during_a_failing_rollout_and_after_its_ro
     });
 }
 
-fn a_recreated_pod_loads_the_restored_model_after_a_manual_rollback() {
+fn a_recreated_pod_loads_its_own_model_during_and_after_a_manual_rollback() {
     block_on(async {
         let env = Env::new("snapmanual").await;
         let (v1, v2) = (env.version("v1"), env.version("v2"));
         env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
             .await;
-        env.apply(&model_yaml("svc", &v1, "")).await;
+        let strategy = "  rolloutStrategy:\n    progressDeadlineSeconds: 60\n";
+        env.apply(&model_yaml("svc", &v1, strategy)).await;
         env.wait_ready("svc", &v1).await;
         env.set_spec("svc", json!({"version": v2})).await;
         env.wait_ready("svc", &v2).await;
@@ -243,10 +247,23 @@ fn a_recreated_pod_loads_the_restored_model_after_a_manual_rollback() {
         assert_ne!(restored, v2_set);
         let replacement = recreate_one(&env, &restored).await;
         assert_eq!(replacement.model.as_deref(), Some(v1.as_str()));
-        // Rolling forward again brings v2's ReplicaSet back, with v2.
+
+        // Forward to v2 again, then a manual rollback to v1 that cannot
+        // finish (v1's new pods no longer warm up). Meanwhile a v2 pod is
+        // recreated: it loads v2, its own template's model, and is Ready.
         env.annotate("svc", "openmed.ai/rollback-to", None).await;
         env.wait_ready("svc", &v2).await;
         assert_eq!(current_replica_set(&env, "svc").await, v2_set);
+        mark_unready(&env.client, &[&v1]).await;
+        env.annotate("svc", "openmed.ai/rollback-to", Some(&v1))
+            .await;
+        wait_until(
+            "a pod of the rollback's never-ready template",
+            WAIT,
+            || pods(&env.client, &env.ns.name),
+            |pods| pods.iter().any(|p| p.replica_set != v2_set && !p.ready),
+        )
+        .await;
         let replacement = recreate_one(&env, &v2_set).await;
         assert_eq!(replacement.model.as_deref(), Some(v2.as_str()));
         env.finish().await;
@@ -354,6 +371,10 @@ fn a_foreground_deletion_never_leaves_a_reference_to_a_missing_config_map() {
         loop {
             for p in pods(&env.client, &env.ns.name).await {
                 assert!(!p.config_error, "{p:?}");
+                assert!(
+                    p.reference.is_none() || p.model.is_some(),
+                    "a pod names a ConfigMap that is gone: {p:?}"
+                );
                 seen.insert(p.name.clone(), p.model.clone());
                 let live = env.deployments().get("svc").await.unwrap();
                 let live = serde_json::to_value(live).unwrap();

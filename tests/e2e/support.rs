@@ -519,6 +519,16 @@ fn free_port() -> u16 {
 
 /// A plain HTTP GET on loopback.
 pub async fn http_get(addr: &str, path: &str) -> Option<String> {
+    let (code, body) = http_request(addr, path).await?;
+    (code == 200).then_some(body)
+}
+
+/// The status code of a plain GET, whatever it is.
+pub async fn http_status(addr: &str, path: &str) -> Option<u16> {
+    Some(http_request(addr, path).await?.0)
+}
+
+async fn http_request(addr: &str, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
@@ -526,7 +536,8 @@ pub async fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut response = String::new();
     stream.read_to_string(&mut response).await.ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
 }
 
 /// The kubectl built with the control plane (same version as the server),
