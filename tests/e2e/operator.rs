@@ -297,6 +297,7 @@ fn owned_fields(deployment: &Value, container: &str) -> Value {
         "progressDeadlineSeconds": deployment["spec"]["progressDeadlineSeconds"],
         "strategy": deployment["spec"]["strategy"],
         "templateAnnotations": deployment["spec"]["template"]["metadata"]["annotations"],
+        "templateSnapshotLabel": deployment["spec"]["template"]["metadata"]["labels"]["openmed.ai/model-manifest"],
         "env": env_entry(deployment, container),
     })
 }
@@ -306,6 +307,7 @@ fn config_map_fields(cm: &Value) -> Value {
         "name": cm["metadata"]["name"],
         "labels": cm["metadata"]["labels"],
         "annotations": cm["metadata"]["annotations"],
+        "immutable": cm["immutable"],
         "data": cm["data"],
     })
 }
@@ -346,7 +348,11 @@ async fn assert_parity(
     env.wait_ready(name, version).await;
     let rendered = render(&format!("{deployment}---\n{model}"), &env.ns.name);
     let rendered_deployment = rendered.iter().find(|d| d["kind"] == "Deployment").unwrap();
-    let rendered_cm = rendered.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let rendered_cms: Vec<&Value> = rendered
+        .iter()
+        .filter(|d| d["kind"] == "ConfigMap")
+        .collect();
+    assert_eq!(rendered_cms.len(), 2, "the pointer and the snapshot");
     let deployment_name = rendered_deployment["metadata"]["name"].as_str().unwrap();
     let live = env.deployment(deployment_name).await;
     assert_eq!(
@@ -354,18 +360,38 @@ async fn assert_parity(
         owned_fields(rendered_deployment, container),
         "{name}: Deployment fields"
     );
-    let cm_name = rendered_cm["metadata"]["name"].as_str().unwrap();
-    let live_cm = serde_json::to_value(env.config_maps().get(cm_name).await.unwrap()).unwrap();
-    assert_eq!(
-        config_map_fields(&live_cm),
-        config_map_fields(rendered_cm),
-        "{name}: ConfigMap"
-    );
-    let owner = &live_cm["metadata"]["ownerReferences"][0];
-    assert_eq!(
-        (owner["kind"].as_str(), owner["controller"].as_bool()),
-        (Some("OpenMedModel"), Some(true))
-    );
+    for rendered_cm in rendered_cms {
+        let cm_name = rendered_cm["metadata"]["name"].as_str().unwrap();
+        // The pointer follows the rollout's last pods, a moment after Ready.
+        let live_cm = wait_until(
+            &format!("{name}: ConfigMap {cm_name} as render shows it"),
+            ROLLOUT,
+            || async {
+                env.config_maps()
+                    .get_opt(cm_name)
+                    .await
+                    .unwrap()
+                    .map(|cm| serde_json::to_value(cm).unwrap())
+                    .unwrap_or_default()
+            },
+            |live| config_map_fields(live) == config_map_fields(rendered_cm),
+        )
+        .await;
+        let owners: Vec<(Option<&str>, Option<bool>)> = live_cm["metadata"]["ownerReferences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (o["kind"].as_str(), o["controller"].as_bool()))
+            .collect();
+        assert_eq!(
+            owners,
+            [
+                (Some("OpenMedModel"), Some(true)),
+                (Some("Deployment"), None)
+            ],
+            "{cm_name}: the model controls it, the target also owns it"
+        );
+    }
 }
 
 fn a_healthy_rollout_writes_what_render_shows() {
