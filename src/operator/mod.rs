@@ -22,7 +22,6 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -146,14 +145,24 @@ struct Clients {
 /// readiness state.
 fn observed<T, E>(
     stream: impl futures::Stream<Item = Result<T, E>>,
-    watch: &'static str,
+    watch: String,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
 ) -> impl futures::Stream<Item = Result<T, E>> {
     stream.inspect(move |item| {
-        health.observe(watch, item.is_ok(), std::time::Instant::now());
+        health.observe(&watch, item.is_ok(), std::time::Instant::now());
         metrics.watches_failing(health.failing_watches());
     })
+}
+
+/// A watch's name in readiness reports: the resource, and the namespace
+/// when the operator watches several one by one (a failure in one must not
+/// be hidden by the others' successes).
+fn watch_name(resource: &str, scope: &Option<String>) -> String {
+    match scope {
+        Some(namespace) => format!("{resource} in {namespace}"),
+        None => resource.to_owned(),
+    }
 }
 
 async fn run_scope(
@@ -172,7 +181,7 @@ async fn run_scope(
             watcher::Config::default().labels(&format!("{OPERATED_BY_LABEL}={FIELD_MANAGER}")),
         )
         .default_backoff(),
-        "deployments",
+        watch_name("deployments", &scope),
         health.clone(),
         metrics.clone(),
     )
@@ -187,7 +196,7 @@ async fn run_scope(
             watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}")),
         )
         .default_backoff(),
-        "configmaps",
+        watch_name("configmaps", &scope),
         health.clone(),
         metrics.clone(),
     )
@@ -202,7 +211,7 @@ async fn run_scope(
             watcher::Config::default(),
         )
         .default_backoff(),
-        "horizontalpodautoscalers",
+        watch_name("horizontalpodautoscalers", &scope),
         health.clone(),
         metrics.clone(),
     )
@@ -210,27 +219,28 @@ async fn run_scope(
     .reflect(autoscaler_writer)
     .touched_objects();
 
-    // Only the metadata of ReplicaSets whose template references a
-    // snapshot: their labels say which snapshots a revision still needs.
+    // Only ReplicaSets whose template references a snapshot, cached without
+    // their pod template: their label says which snapshot a revision reads,
+    // their counts whether a pod of it may start.
     let (replica_sets, replica_set_writer) = reflector::store();
     let replica_set_events = observed(
         watcher(
-            api::<PartialObjectMeta<ReplicaSet>>(client, &scope),
+            api::<ReplicaSet>(client, &scope),
             watcher::Config::default().labels(MANIFEST_SNAPSHOT_LABEL),
         )
         .default_backoff(),
-        "replicasets",
+        watch_name("replicasets", &scope),
         health.clone(),
         metrics.clone(),
     )
-    .modify(forget_managed_fields)
+    .modify(forget_template)
     .reflect(replica_set_writer)
     .touched_objects();
 
     let (models, model_writer) = reflector::store();
     let model_events = observed(
         watcher(api::<RawModel>(client, &scope), watcher::Config::default()).default_backoff(),
-        "openmedmodels",
+        watch_name("openmedmodels", &scope),
         health.clone(),
         metrics.clone(),
     )
@@ -255,10 +265,11 @@ async fn run_scope(
         failures: Mutex::new(std::collections::HashMap::new()),
     });
     {
-        // Ready once every cache of this scope holds a full list.
+        // Ready once every cache of this scope holds a full list, however
+        // long that takes (an API server down at start, RBAC fixed later).
         let (context, health) = (context.clone(), health.clone());
         tokio::spawn(async move {
-            if reconcile::wait_for_caches(&context).await.is_ok() {
+            if reconcile::caches_synced(&context).await {
                 health.synced();
             }
         });
@@ -312,6 +323,16 @@ async fn run_scope(
 /// and an absent field is the one form every API server leaves alone.
 fn forget_managed_fields<K: ResourceExt>(object: &mut K) {
     object.meta_mut().managed_fields = None;
+}
+
+/// Drops a ReplicaSet's pod template and managed fields before it is
+/// cached: the operator reads only its labels, owner and counts, and the
+/// template is most of its size.
+fn forget_template(replica_set: &mut ReplicaSet) {
+    forget_managed_fields(replica_set);
+    if let Some(spec) = replica_set.spec.as_mut() {
+        spec.template = None;
+    }
 }
 
 /// Like [`forget_managed_fields`], but keeps the time of the operator's own

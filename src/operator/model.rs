@@ -80,7 +80,7 @@ mod tests {
                 rivals: &[],
                 claimed: &[],
                 config_maps: &[],
-                replica_set_snapshots: &[],
+                snapshot_uses: &[],
                 settings: Default::default(),
                 now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                     k8s_openapi::jiff::Timestamp::from_second(0).unwrap(),

@@ -20,9 +20,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{
-    Api, DeleteParams, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams, Preconditions,
-};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
@@ -92,8 +90,9 @@ pub struct Context {
     pub config_maps: Store<ConfigMap>,
     /// HorizontalPodAutoscalers in scope.
     pub autoscalers: Store<HorizontalPodAutoscaler>,
-    /// Metadata of the ReplicaSets whose template references a snapshot.
-    pub replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
+    /// ReplicaSets whose template references a snapshot (without their
+    /// template).
+    pub replica_sets: Store<ReplicaSet>,
     /// Policy switches.
     pub settings: Settings,
     /// How often a steady resource is looked at again (from the caches).
@@ -155,6 +154,16 @@ pub fn error_policy(obj: Arc<RawModel>, error: &Error, ctx: Arc<Context>) -> Act
     let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     ctx.metrics.failed(error.category());
     let mut failures = ctx.failures.lock().expect("failures");
+    // Forget resources that are gone (a finalizer removed by hand, the CRD
+    // deleted): their backoff would otherwise stay in the metric forever.
+    failures.retain(|k, _| {
+        k == &key || {
+            let (namespace, name) = k.split_once('/').unwrap_or_default();
+            ctx.models
+                .get(&ObjectRef::new(name).within(namespace))
+                .is_some()
+        }
+    });
     let n = failures.entry(key.clone()).or_insert(0);
     *n = n.saturating_add(1);
     let delay = backoff(*n);
@@ -389,7 +398,7 @@ struct World {
     config_maps: Vec<ConfigMap>,
     rivals: Vec<Rival>,
     autoscaled: bool,
-    replica_set_snapshots: Vec<String>,
+    snapshot_uses: Vec<rollout::SnapshotUse>,
 }
 
 fn now() -> Time {
@@ -460,6 +469,10 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
         }
         if decision.writes.is_empty() {
             let wait = decision.requeue_after.unwrap_or(ctx.resync);
+            info!(
+                retry_in = ?wait,
+                "released; waiting until no pod can read the model ConfigMaps before deleting them"
+            );
             return Ok(Action::requeue(wait));
         }
         last_writes = describe(&decision.writes);
@@ -508,7 +521,7 @@ fn decide(view: &ResourceView, world: &World, settings: Settings, now: Time) -> 
         rivals: &world.rivals,
         claimed: &claimed,
         config_maps: &config_maps,
-        replica_set_snapshots: &world.replica_set_snapshots,
+        snapshot_uses: &world.snapshot_uses,
         settings,
         now,
     })
@@ -518,17 +531,19 @@ fn decide(view: &ResourceView, world: &World, settings: Settings, now: Time) -> 
 /// list: deciding from a half-filled cache could miss a Deployment to
 /// release or a ConfigMap still in use.
 pub async fn wait_for_caches(ctx: &Context) -> Result<(), Error> {
-    let all = async {
-        ctx.deployments.wait_until_ready().await?;
-        ctx.config_maps.wait_until_ready().await?;
-        ctx.autoscalers.wait_until_ready().await?;
-        ctx.replica_sets.wait_until_ready().await?;
-        ctx.models.wait_until_ready().await
-    };
-    match tokio::time::timeout(CACHE_SYNC_TIMEOUT, all).await {
-        Ok(Ok(())) => Ok(()),
+    match tokio::time::timeout(CACHE_SYNC_TIMEOUT, caches_synced(ctx)).await {
+        Ok(true) => Ok(()),
         _ => Err(Error::CacheSync),
     }
+}
+
+/// Completes when every cache holds a full list (false: a store was dropped).
+pub async fn caches_synced(ctx: &Context) -> bool {
+    ctx.deployments.wait_until_ready().await.is_ok()
+        && ctx.config_maps.wait_until_ready().await.is_ok()
+        && ctx.autoscalers.wait_until_ready().await.is_ok()
+        && ctx.replica_sets.wait_until_ready().await.is_ok()
+        && ctx.models.wait_until_ready().await.is_ok()
 }
 
 /// Reads the world from the caches; an object the caches cannot hold yet
@@ -586,26 +601,20 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
             config_maps.insert(cm.name_any(), (*cm).clone());
         }
     }
-    for (i, name) in rollout::config_map_names(view).into_iter().enumerate() {
+    // A name the cache lacks is not read here: a decision that would
+    // write is made again on live reads of every name first (`read_live`),
+    // which is what keeps a foreign ConfigMap of that name from being
+    // overwritten, and a pointer not yet written (it waits for the rollout)
+    // costs no request per resync.
+    for name in rollout::config_map_names(view) {
         if config_maps.contains_key(&name) || fresh.config_maps.contains_key(&name) {
             continue;
         }
-        match ctx
+        if let Some(cm) = ctx
             .config_maps
             .get(&ObjectRef::new(&name).within(namespace))
         {
-            Some(cm) => {
-                config_maps.insert(name, (*cm).clone());
-            }
-            // Only the current spec's ConfigMap is worth a read: a foreign
-            // one of that name must not be overwritten.
-            None if i == 0 => {
-                let api = Api::namespaced(ctx.client.clone(), namespace);
-                if let Some(cm) = read_and_keep(&mut fresh.config_maps, api, &name).await? {
-                    config_maps.insert(name, cm);
-                }
-            }
-            None => {}
+            config_maps.insert(name, (*cm).clone());
         }
     }
     for (name, cm) in &fresh.config_maps {
@@ -642,15 +651,23 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
             })
     });
 
-    let mut replica_set_snapshots: Vec<String> = ctx
+    let mut snapshot_uses: Vec<rollout::SnapshotUse> = ctx
         .replica_sets
         .state()
         .iter()
         .filter(|rs| in_namespace(&rs.metadata, namespace))
-        .filter_map(|rs| rs.labels().get(MANIFEST_SNAPSHOT_LABEL).cloned())
+        .filter_map(|rs| {
+            let short = rs.labels().get(MANIFEST_SNAPSHOT_LABEL)?.clone();
+            let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+            let running = rs.status.as_ref().map_or(0, |s| s.replicas);
+            Some(rollout::SnapshotUse {
+                short,
+                has_pods: wanted > 0 || running > 0,
+            })
+        })
         .collect();
-    replica_set_snapshots.sort();
-    replica_set_snapshots.dedup();
+    snapshot_uses.sort();
+    snapshot_uses.dedup();
 
     Ok(World {
         target,
@@ -658,7 +675,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         config_maps,
         rivals,
         autoscaled,
-        replica_set_snapshots,
+        snapshot_uses,
     })
 }
 
@@ -738,14 +755,16 @@ async fn execute(
                     Ok(stored) => {
                         fresh.deployments.insert(name.clone(), Some(stored));
                     }
-                    // A Deployment deleted meanwhile needs no release (an
-                    // apply would try to create it and be refused as
-                    // invalid). Anything else, a 403 or a 429 included,
-                    // fails: what depends on the release must wait for it.
+                    // A Deployment deleted meanwhile needs no release: an
+                    // apply would try to create it, which the operator may
+                    // not (403) and could not (422, no selector). Any other
+                    // refusal, a 403 on a Deployment that exists or a 429,
+                    // fails: what depends on the release waits for it.
                     Err(kube::Error::Api(s))
                         if *release
                             && (s.code == 404
-                                || (s.code == 422 && api.get_opt(name).await?.is_none())) =>
+                                || (matches!(s.code, 403 | 422)
+                                    && api.get_opt(name).await?.is_none())) =>
                     {
                         info!(deployment = %name, "the Deployment to release is gone");
                         fresh.deployments.insert(name.clone(), None);

@@ -71,15 +71,25 @@ pub struct Observed<'a> {
     /// The ConfigMaps named by [`config_map_names`] that exist, and every
     /// ConfigMap this resource owns.
     pub config_maps: &'a [&'a ConfigMap],
-    /// The snapshot labels (`openmed.ai/model-manifest`) that ReplicaSets
-    /// in the namespace carry, revision history included: a snapshot one
-    /// of them references is kept, whatever `kubectl rollout undo` or a
-    /// recreated pod may still need.
-    pub replica_set_snapshots: &'a [String],
+    /// The snapshots that ReplicaSets in the namespace reference (by their
+    /// `openmed.ai/model-manifest` label), revision history included: a
+    /// snapshot one of them references is kept, whatever `kubectl rollout
+    /// undo` or a recreated pod may still need.
+    pub snapshot_uses: &'a [SnapshotUse],
     /// Policy switches.
     pub settings: Settings,
     /// The time to stamp on conditions and events.
     pub now: Time,
+}
+
+/// One ReplicaSet's use of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SnapshotUse {
+    /// The snapshot's short hash (the ReplicaSet's label value).
+    pub short: String,
+    /// The ReplicaSet has or wants pods: one of them may start, and read
+    /// the snapshot, at any moment.
+    pub has_pods: bool,
 }
 
 /// What to do.
@@ -207,6 +217,9 @@ pub mod reason {
     /// Condition reason the shell sets while it retries after an error
     /// (an API error, a timeout): cleared by the next decision.
     pub const RETRYING_AFTER_ERROR: &str = "RetryingAfterError";
+    /// A reconcile succeeded after [`RETRYING_AFTER_ERROR`], on a path
+    /// that sets no other `Reconciling` reason.
+    pub const ERROR_RESOLVED: &str = "ErrorResolved";
 }
 
 /// How the spec to apply was chosen.
@@ -280,7 +293,19 @@ impl<'a> Step<'a> {
         }
     }
 
-    fn finish(self) -> Decision {
+    fn finish(mut self) -> Decision {
+        let reported = conditions::get(&self.old.conditions, RECONCILING)
+            .is_some_and(|c| c.reason == reason::RETRYING_AFTER_ERROR);
+        if reported && conditions::get(&self.status.conditions, RECONCILING).is_none() {
+            // The path taken sets no Reconciling of its own (a terminal
+            // phase): say the error is over rather than drop the condition.
+            self.condition(
+                RECONCILING,
+                false,
+                reason::ERROR_RESOLVED,
+                "the last reconcile succeeded",
+            );
+        }
         Decision {
             status: self.status,
             writes: self.writes,
@@ -515,7 +540,7 @@ impl<'a> Step<'a> {
                 .labels
                 .as_ref()
                 .and_then(|l| l.get(MANIFEST_SNAPSHOT_LABEL))
-                .is_some_and(|short| self.obs.replica_set_snapshots.contains(short))
+                .is_some_and(|short| self.obs.snapshot_uses.iter().any(|u| &u.short == short))
         };
         for cm in self.obs.config_maps {
             let name = name_of(cm);
@@ -738,10 +763,25 @@ impl<'a> Step<'a> {
         if !self.obs.claimed.is_empty() {
             return;
         }
-        if let Some(target) = self.obs.target
-            && self.still_reading(target)
-        {
-            self.requeue_after = Some(Duration::from_secs(2));
+        let read_by_pods = self.obs.config_maps.iter().any(|cm| {
+            self.owns(cm)
+                && cm
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(MANIFEST_SNAPSHOT_LABEL))
+                    .is_some_and(|short| {
+                        self.obs
+                            .snapshot_uses
+                            .iter()
+                            .any(|u| &u.short == short && u.has_pods)
+                    })
+        });
+        let target_reads = self.obs.target.is_some_and(|t| self.still_reading(t));
+        if read_by_pods || target_reads {
+            // Any ReplicaSet with pods, of this target or of one released
+            // earlier, may start a pod that reads a snapshot.
+            self.requeue_after = Some(Duration::from_secs(5));
             return;
         }
         let owned: Vec<&ConfigMap> = self

@@ -92,8 +92,9 @@ pub fn is_rival(me: &ResourceView, namespace: &str, name: &str, its_target: &str
     namespace == me.namespace && name != me.name && its_target == target_name(me)
 }
 
-/// Every ConfigMap name `decide` may need: the one `spec` asks for and
-/// those of the retained specs a rollback would restore.
+/// Every ConfigMap name `decide` may need: the pointer and the snapshot
+/// `spec` asks for, and the pointers of the retained specs a rollback would
+/// restore (their snapshots are the resource's own, so in the cache).
 pub fn config_map_names(resource: &ResourceView) -> Vec<String> {
     let status = &resource.status;
     let mut names: Vec<String> = [
@@ -105,8 +106,14 @@ pub fn config_map_names(resource: &ResourceView) -> Vec<String> {
     .flatten()
     .map(|spec| plan::config_map_name(&resource.name, spec))
     .collect();
-    if let Ok(spec) = serde_json::from_value(resource.spec.clone()) {
-        names.insert(0, plan::config_map_name(&resource.name, &spec));
+    if let Ok(spec) = serde_json::from_value::<crate::api::OpenMedModelSpec>(resource.spec.clone())
+    {
+        let pointer = plan::config_map_name(&resource.name, &spec);
+        let normalized = plan::normalize(&resource.name, &spec);
+        let manifest_hash =
+            plan::plan(&resource.id(), &normalized, Default::default()).manifest_hash;
+        names.insert(0, plan::snapshot_name(&pointer, &manifest_hash));
+        names.insert(0, pointer);
     }
     names.dedup();
     names

@@ -24,8 +24,8 @@ struct World {
     deployment: Option<Value>,
     other_deployments: Vec<Value>,
     config_maps: Vec<ConfigMap>,
-    /// Snapshot labels that ReplicaSets carry.
-    replica_sets: Vec<String>,
+    /// Snapshots that ReplicaSets reference.
+    replica_sets: Vec<SnapshotUse>,
     rivals: Vec<Rival>,
     autoscaled: bool,
     settings: Settings,
@@ -120,7 +120,7 @@ impl World {
             rivals: &self.rivals,
             claimed: &claimed,
             config_maps: &cms,
-            replica_set_snapshots: &self.replica_sets,
+            snapshot_uses: &self.replica_sets,
             settings: self.settings,
             now: at(self.now),
         })
@@ -1390,9 +1390,13 @@ fn lookups_the_shell_needs_come_from_the_raw_spec() {
     assert_eq!(target_name(&w.resource), "svc");
     let mut w = World::ready_at("v1");
     w.resource.spec["manifestConfigMapName"] = json!("models");
+    let names = config_map_names(&w.resource);
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(names[0], "models");
+    assert!(names[1].starts_with("models-"), "the snapshot: {names:?}");
     assert_eq!(
-        config_map_names(&w.resource),
-        ["models", "svc-model-manifest"]
+        names[2], "svc-model-manifest",
+        "the retained spec's pointer"
     );
 }
 
@@ -1496,7 +1500,10 @@ fn snapshots_are_kept_while_retained_or_referenced_by_a_replica_set() {
         .unwrap()
         .to_owned();
     // A ReplicaSet of the revision history references v1 all along.
-    w.replica_sets = vec![v1_short];
+    w.replica_sets = vec![SnapshotUse {
+        short: v1_short,
+        has_pods: false,
+    }];
     w.upgrade("v2");
     w.upgrade("v3");
     // v1 is no longer a retained rollback target, yet it is kept.
@@ -1626,4 +1633,66 @@ fn a_decision_clears_the_shells_error_report() {
             .iter()
             .all(|c| c.reason != reason::RETRYING_AFTER_ERROR)
     );
+    // A terminal phase sets no Reconciling of its own: the condition says
+    // the error is over instead of vanishing.
+    let mut failed = World::new(json!({"family": "pii", "tier": "Small", "version": "v1",
+                                        "rolloutStrategy": {"rollbackOnFailure": false}}));
+    failed.reconcile();
+    failed.now += 600;
+    failed.deadline_exceeded();
+    failed.reconcile();
+    assert_eq!(failed.status().phase, Some(Phase::Failed));
+    let mut errored = failed.status().clone();
+    conditions::set(
+        &mut errored.conditions,
+        RECONCILING,
+        true,
+        reason::RETRYING_AFTER_ERROR,
+        "reconcile failed: server",
+        1,
+        &at(0),
+    );
+    failed.resource.status = errored;
+    failed.now += 10;
+    let d = failed.decide();
+    let c = conditions::get(&d.status.conditions, RECONCILING).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", reason::ERROR_RESOLVED)
+    );
+}
+
+#[test]
+fn deletion_waits_for_every_replica_set_with_pods_that_reads_a_snapshot() {
+    // The resource moved to another target, which does not exist; the
+    // released one still rolls, its old pods reading a snapshot.
+    let mut w = World::ready_at("v1");
+    let short = w.dep()["spec"]["template"]["metadata"]["labels"][MANIFEST_SNAPSHOT_LABEL]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    w.resource.spec["targetRef"] = json!({"name": "elsewhere"});
+    w.resource.generation += 1;
+    let old = w.deployment.take().unwrap();
+    w.other_deployments.push(old);
+    w.reconcile();
+    w.replica_sets = vec![SnapshotUse {
+        short: short.clone(),
+        has_pods: true,
+    }];
+    w.resource.deleting = true;
+    w.reconcile();
+    assert!(
+        !w.config_maps.is_empty(),
+        "a pod of the released Deployment may still start and read it"
+    );
+    assert!(!w.decide().finished);
+    // Scaled down to history only: nothing can start a pod that reads it.
+    w.replica_sets = vec![SnapshotUse {
+        short,
+        has_pods: false,
+    }];
+    w.reconcile();
+    assert!(w.config_maps.is_empty());
+    assert!(w.decide().finished);
 }
