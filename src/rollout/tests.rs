@@ -277,6 +277,18 @@ impl World {
         });
     }
 
+    /// Makes the template read the pointer, as templates written before
+    /// snapshots (by the earlier operator, or an earlier openmed-op) do.
+    fn template_reads_the_pointer(&mut self) {
+        let pointer = json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS",
+            "valueFrom": {"configMapKeyRef": {"name": "svc-model-manifest", "key": "OPENMED_SERVICE_PRELOAD_MODELS"}}});
+        self.dep()["spec"]["template"]["spec"]["containers"][0]["env"] = json!([pointer]);
+        self.dep()["spec"]["template"]["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove(MANIFEST_SNAPSHOT_LABEL);
+    }
+
     fn set_version(&mut self, version: &str) {
         self.resource.spec["version"] = json!(version);
         self.resource.generation += 1;
@@ -1439,13 +1451,7 @@ fn a_template_that_reads_the_pointer_is_kept_and_the_pointer_waits_for_its_pods(
     // A template written before snapshots (by the earlier operator, or an
     // earlier openmed-op) reads the pointer.
     let mut w = World::ready_at("v1");
-    let pointer = json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS",
-        "valueFrom": {"configMapKeyRef": {"name": "svc-model-manifest", "key": "OPENMED_SERVICE_PRELOAD_MODELS"}}});
-    w.dep()["spec"]["template"]["spec"]["containers"][0]["env"] = json!([pointer]);
-    w.dep()["spec"]["template"]["metadata"]["labels"]
-        .as_object_mut()
-        .unwrap()
-        .remove(MANIFEST_SNAPSHOT_LABEL);
+    w.template_reads_the_pointer();
     let generation = w.dep()["metadata"]["generation"].clone();
     // Upgrading the operator restarts no pod: the template stays as it is.
     assert!(w.reconcile().is_empty());
@@ -1469,13 +1475,7 @@ fn a_template_that_reads_the_pointer_is_kept_and_the_pointer_waits_for_its_pods(
 #[test]
 fn a_pointer_read_by_the_template_is_restored_at_once() {
     let mut w = World::ready_at("v1");
-    let pointer = json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS",
-        "valueFrom": {"configMapKeyRef": {"name": "svc-model-manifest", "key": "OPENMED_SERVICE_PRELOAD_MODELS"}}});
-    w.dep()["spec"]["template"]["spec"]["containers"][0]["env"] = json!([pointer]);
-    w.dep()["spec"]["template"]["metadata"]["labels"]
-        .as_object_mut()
-        .unwrap()
-        .remove(MANIFEST_SNAPSHOT_LABEL);
+    w.template_reads_the_pointer();
     w.reconcile();
     let cm = w
         .config_maps

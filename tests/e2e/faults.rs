@@ -35,25 +35,14 @@ const WAIT: Duration = Duration::from_secs(90);
 /// `namespace` after byte `from` of the audit log (writes less than a
 /// second apart are one burst: one reconcile's passes).
 fn write_bursts(namespace: &str, from: u64) -> Vec<f64> {
-    let audit = cluster_dir().join("logs/audit.log");
-    let text = std::fs::read(&audit).expect("the API server writes an audit log");
-    let window = String::from_utf8_lossy(&text[from as usize..]);
-    let mut times = Vec::new();
-    for line in window.lines() {
-        let Ok(event) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let ours = event["userAgent"]
-            .as_str()
-            .is_some_and(|ua| ua.starts_with("openmed-operator/"));
-        let target = event["objectRef"]["resource"] == "deployments"
-            && event["objectRef"]["namespace"] == json!(namespace);
-        if ours && target && event["verb"] == "patch" && event["stage"] == "ResponseComplete" {
-            let stamp = event["requestReceivedTimestamp"].as_str().unwrap();
+    let times = operator_requests(namespace, from)
+        .into_iter()
+        .filter(|e| e["objectRef"]["resource"] == "deployments" && e["verb"] == "patch")
+        .map(|e| {
+            let stamp = e["requestReceivedTimestamp"].as_str().unwrap();
             let t: k8s_openapi::jiff::Timestamp = stamp.parse().unwrap();
-            times.push(t.as_millisecond() as f64 / 1000.0);
-        }
-    }
+            t.as_millisecond() as f64 / 1000.0
+        });
     let mut bursts: Vec<f64> = Vec::new();
     let mut last = f64::MIN;
     for t in times {
@@ -113,8 +102,7 @@ spec:
 ",
             env.ns.name
         );
-        let audit = cluster_dir().join("logs/audit.log");
-        let from = std::fs::metadata(&audit).map(|m| m.len()).unwrap_or(0);
+        let from = audit_log_end();
         apply_yaml(&env.client, None, &policy, "e2e-user").await;
         // The API server picks the policy up within a moment: touch the
         // Deployment until a write comes back rewritten. The operator then

@@ -163,6 +163,17 @@ impl Env {
         .await
     }
 
+    /// Waits until a rollback of `name` has succeeded (`RolledBack=True`).
+    pub async fn wait_rolled_back(&self, name: &str) -> OpenMedModelStatus {
+        self.wait_status(name, "the rollback to succeed", |s| {
+            s.phase == Some(Phase::RolledBack)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "RolledBack" && c.status == "True")
+        })
+        .await
+    }
+
     pub async fn wait_ready(&self, name: &str, version: &str) -> OpenMedModelStatus {
         self.wait_status(name, &format!("phase Ready serving {version}"), |s| {
             s.phase == Some(Phase::Ready) && s.active_version.as_deref() == Some(version)
@@ -489,14 +500,7 @@ fn a_version_that_never_gets_ready_is_rolled_back() {
         let v1_hash = ready.applied_spec_hash.clone();
         let v1_template = env.deployment("svc").await["spec"]["template"]["metadata"]["annotations"]["openmed.ai/model-manifest-hash"].clone();
         env.set_spec("svc", json!({"version": bad})).await;
-        let s = env
-            .wait_status("svc", "the rollback to succeed", |s| {
-                s.phase == Some(Phase::RolledBack)
-                    && s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "RolledBack" && c.status == "True")
-            })
-            .await;
+        let s = env.wait_rolled_back("svc").await;
         assert_eq!(s.desired_version.as_deref(), Some(bad.as_str()));
         assert_eq!(s.active_version.as_deref(), Some(v1.as_str()));
         assert_eq!(s.failed_spec_hash, s.desired_spec_hash);
@@ -1116,29 +1120,14 @@ fn a_steady_state_sends_no_requests() {
         env.wait_ready("svc", &v1).await;
         // Let the last writes of the rollout settle into the caches.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let audit = cluster_dir().join("logs/audit.log");
-        let start = std::fs::metadata(&audit).map(|m| m.len()).unwrap_or(0);
+        let start = audit_log_end();
         // A minute of steady state: 30 resync periods of 2 s.
         tokio::time::sleep(Duration::from_secs(60)).await;
-        let text = std::fs::read(&audit).expect("the API server writes an audit log");
-        let window = String::from_utf8_lossy(&text[start as usize..]);
-        let mut requests = Vec::new();
-        for line in window.lines() {
-            let Ok(event) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            let ours = event["userAgent"]
-                .as_str()
-                .is_some_and(|ua| ua.starts_with("openmed-operator/"));
-            let here = event["objectRef"]["namespace"] == json!(env.ns.name)
-                || event["requestURI"]
-                    .as_str()
-                    .is_some_and(|u| u.contains(&env.ns.name));
-            let verb = event["verb"].as_str().unwrap_or_default();
-            if ours && here && verb != "watch" && event["stage"] == "ResponseComplete" {
-                requests.push(format!("{verb} {}", event["requestURI"]));
-            }
-        }
+        let requests: Vec<String> = operator_requests(&env.ns.name, start)
+            .iter()
+            .filter(|e| e["verb"] != "watch")
+            .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+            .collect();
         assert!(
             requests.is_empty(),
             "the operator sent requests in a steady state:\n{}",

@@ -199,14 +199,7 @@ fn a_recreated_pod_loads_its_own_model_during_a_failing_rollout_and_after_its_ro
             assert_eq!(p.model.as_deref(), Some(want.as_str()), "{p:?}");
         }
 
-        let s = env
-            .wait_status("svc", "the automatic rollback to succeed", |s| {
-                s.phase == Some(Phase::RolledBack)
-                    && s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "RolledBack" && c.status == "True")
-            })
-            .await;
+        let s = env.wait_rolled_back("svc").await;
         assert_eq!(s.rollback_count, Some(1));
         let restored = current_replica_set(&env, "svc").await;
         assert_eq!(restored, old, "the rollback revives v1's ReplicaSet");
@@ -281,13 +274,7 @@ fn a_recreated_pod_loads_the_restored_model_after_a_rollback_under_recreate() {
         env.apply(&model_yaml("svc", &v1, strategy)).await;
         env.wait_ready("svc", &v1).await;
         env.set_spec("svc", json!({"version": bad})).await;
-        env.wait_status("svc", "the automatic rollback to succeed", |s| {
-            s.phase == Some(Phase::RolledBack)
-                && s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "RolledBack" && c.status == "True")
-        })
-        .await;
+        env.wait_rolled_back("svc").await;
         let restored = current_replica_set(&env, "svc").await;
         let replacement = recreate_one(&env, &restored).await;
         assert_eq!(replacement.model.as_deref(), Some(v1.as_str()));

@@ -523,6 +523,33 @@ pub async fn http_get(addr: &str, path: &str) -> Option<String> {
     (code == 200).then_some(body)
 }
 
+/// Where the API server's audit log ends now: pass it to
+/// [`operator_requests`] to see what came after.
+pub fn audit_log_end() -> u64 {
+    std::fs::metadata(cluster_dir().join("logs/audit.log")).map_or(0, |m| m.len())
+}
+
+/// The completed requests an operator (by its User-Agent) sent about
+/// `namespace` after byte `from` of the audit log, as audit events.
+pub fn operator_requests(namespace: &str, from: u64) -> Vec<Value> {
+    let text = std::fs::read(cluster_dir().join("logs/audit.log"))
+        .expect("the API server writes an audit log");
+    String::from_utf8_lossy(&text[from as usize..])
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|event| {
+            let ours = event["userAgent"]
+                .as_str()
+                .is_some_and(|ua| ua.starts_with("openmed-operator/"));
+            let here = event["objectRef"]["namespace"] == namespace
+                || event["requestURI"]
+                    .as_str()
+                    .is_some_and(|u| u.contains(namespace));
+            ours && here && event["stage"] == "ResponseComplete"
+        })
+        .collect()
+}
+
 /// The status code of a plain GET, whatever it is.
 pub async fn http_status(addr: &str, path: &str) -> Option<u16> {
     Some(http_request(addr, path).await?.0)
