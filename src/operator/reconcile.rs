@@ -436,14 +436,19 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
             // other change brings starts a fresh reconcile.
             current = write_status(&models, &current, &status, ctx).await?;
         }
-        record_events(ctx, &current, &decision, &now).await;
         if decision.writes.is_empty() {
+            record_events(ctx, &current, &decision, &now).await;
             let resync = ctx.resync;
             let after = decision.requeue_after.map_or(resync, |d| d.min(resync));
             return Ok(Action::requeue(after));
         }
         last_writes = describe(&decision.writes);
-        execute(&decision.writes, &namespace, ctx, &mut fresh).await?;
+        // The writes first: the events tell people what happened and are
+        // not on the path from a change to its writes. They are recorded
+        // whatever the writes' outcome (the status already holds it).
+        let written = execute(&decision.writes, &namespace, ctx, &mut fresh).await;
+        record_events(ctx, &current, &decision, &now).await;
+        written?;
     }
     Err(Error::NotConverged(last_writes))
 }
