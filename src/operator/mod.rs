@@ -1,8 +1,9 @@
 //! `openmed-op run`: the operator shell.
 //!
 //! It watches OpenMedModels, and through label-selected watches only the
-//! Deployments and ConfigMaps it manages (memory grows with managed objects,
-//! not with the cluster), keeps them in caches, and reconciles each
+//! Deployments and ConfigMaps it manages and the ReplicaSets whose template
+//! reads one of its snapshots (memory grows with managed objects, not with
+//! the cluster), keeps them in caches, and reconciles each
 //! OpenMedModel with [`reconcile::reconcile`]. A steady resource is looked
 //! at again every `--resync` from the caches: no reads, no writes. The only
 //! network peer is the Kubernetes API server.
