@@ -227,30 +227,6 @@ async fn report_error(api: &Api<RawModel>, obj: &RawModel, error: &Error) {
     }
 }
 
-/// Keeps a standing error report (`Reconciling`, `RetryingAfterError`) in a
-/// status written while the reconcile still has writes to make: only a
-/// reconcile that gets to the end clears it. Clearing it on the way would
-/// change the status, whose watch event starts the next reconcile at once,
-/// which fails and reports again: a loop around the backoff.
-fn keep_error_report(status: &mut OpenMedModelStatus, stored: &OpenMedModelStatus) {
-    use rollout::conditions::RECONCILING;
-    let Some(report) = stored
-        .conditions
-        .iter()
-        .find(|c| c.type_ == RECONCILING && c.reason == rollout::reason::RETRYING_AFTER_ERROR)
-    else {
-        return;
-    };
-    status.conditions.retain(|c| c.type_ != RECONCILING);
-    status.conditions.push(report.clone());
-    // Keep the condition order the core uses, so the comparison with the
-    // stored status sees no change.
-    let order = |t: &str| stored.conditions.iter().position(|c| c.type_ == t);
-    status
-        .conditions
-        .sort_by_key(|c| order(&c.type_).unwrap_or(usize::MAX));
-}
-
 async fn add_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error> {
     // The resourceVersion makes the patch fail rather than overwrite a
     // list another writer changed meanwhile.
@@ -428,7 +404,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         }
         let mut status = decision.status.clone();
         if !decision.writes.is_empty() {
-            keep_error_report(&mut status, &view.status);
+            rollout::conditions::keep_error_report(&mut status, &view.status);
         }
         if status != view.status {
             // A conflict (someone else changed the resource) is an error
@@ -785,50 +761,6 @@ async fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_error_report_stays_until_a_reconcile_gets_to_the_end() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-        use rollout::conditions::{READY, RECONCILING, set};
-        let t = Time(k8s_openapi::jiff::Timestamp::from_second(0).unwrap());
-        let mut stored = OpenMedModelStatus::default();
-        set(
-            &mut stored.conditions,
-            READY,
-            true,
-            "RolloutSucceeded",
-            "ok",
-            1,
-            &t,
-        );
-        set(
-            &mut stored.conditions,
-            RECONCILING,
-            true,
-            rollout::reason::RETRYING_AFTER_ERROR,
-            "failed",
-            1,
-            &t,
-        );
-        // The core's decision drops the report and says what it thinks.
-        let mut decided = stored.clone();
-        decided.conditions.retain(|c| c.type_ != RECONCILING);
-        set(
-            &mut decided.conditions,
-            RECONCILING,
-            false,
-            "RolloutComplete",
-            "ok",
-            1,
-            &t,
-        );
-        let mut written = decided.clone();
-        keep_error_report(&mut written, &stored);
-        assert_eq!(written, stored, "no status change while writes remain");
-        let mut clean = OpenMedModelStatus::default();
-        keep_error_report(&mut clean, &OpenMedModelStatus::default());
-        assert_eq!(clean, OpenMedModelStatus::default());
-    }
 
     #[test]
     fn backoff_doubles_from_one_second_to_five_minutes() {

@@ -104,9 +104,75 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     get(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
+/// Keeps a standing error report (`Reconciling`, `RetryingAfterError`) in a
+/// status written while the reconcile still has writes to make: only a
+/// reconcile that gets to the end clears it. Clearing it on the way would
+/// change the status, whose watch event starts the next reconcile at once,
+/// which fails and reports again: a loop around the backoff.
+pub fn keep_error_report(
+    status: &mut crate::api::OpenMedModelStatus,
+    stored: &crate::api::OpenMedModelStatus,
+) {
+    let Some(report) = stored.conditions.iter().find(|c| {
+        c.type_ == RECONCILING && c.reason == crate::rollout::reason::RETRYING_AFTER_ERROR
+    }) else {
+        return;
+    };
+    status.conditions.retain(|c| c.type_ != RECONCILING);
+    status.conditions.push(report.clone());
+    // Keep the condition order the core uses, so the comparison with the
+    // stored status sees no change.
+    let order = |t: &str| stored.conditions.iter().position(|c| c.type_ == t);
+    status
+        .conditions
+        .sort_by_key(|c| order(&c.type_).unwrap_or(usize::MAX));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_report_stays_until_a_reconcile_gets_to_the_end() {
+        let t = Time(k8s_openapi::jiff::Timestamp::from_second(0).unwrap());
+        let mut stored = crate::api::OpenMedModelStatus::default();
+        set(
+            &mut stored.conditions,
+            READY,
+            true,
+            "RolloutSucceeded",
+            "ok",
+            1,
+            &t,
+        );
+        set(
+            &mut stored.conditions,
+            RECONCILING,
+            true,
+            crate::rollout::reason::RETRYING_AFTER_ERROR,
+            "failed",
+            1,
+            &t,
+        );
+        // The core's decision drops the report and says what it thinks.
+        let mut decided = stored.clone();
+        decided.conditions.retain(|c| c.type_ != RECONCILING);
+        set(
+            &mut decided.conditions,
+            RECONCILING,
+            false,
+            "RolloutComplete",
+            "ok",
+            1,
+            &t,
+        );
+        let mut written = decided.clone();
+        keep_error_report(&mut written, &stored);
+        assert_eq!(written, stored, "no status change while writes remain");
+        let mut clean = crate::api::OpenMedModelStatus::default();
+        keep_error_report(&mut clean, &crate::api::OpenMedModelStatus::default());
+        assert_eq!(clean, crate::api::OpenMedModelStatus::default());
+    }
 
     fn at(second: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap())

@@ -163,6 +163,16 @@ spec:
             let (ok, _, err) = kubectl(&["delete", kind, &name]);
             assert!(ok, "{err}");
         }
+        // The retry may be a minute away by now; a change to the Deployment
+        // (what fixing the cause usually brings) wakes the resource at once.
+        env.deployments()
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"annotations": {"e2e/touch": "fixed"}}})),
+            )
+            .await
+            .unwrap();
         env.wait_status("svc", "the error to clear", |s| {
             !s.conditions
                 .iter()
@@ -208,19 +218,8 @@ rules:
   resources: [horizontalpodautoscalers]
   verbs: [list, watch]
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: {user}
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: {user}
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: {user}
-"
+{}",
+            binding(&user, &user)
         );
         apply_yaml(&env.client, None, &rbac, "e2e-user").await;
         let path = kubeconfig_as(&user);
