@@ -97,7 +97,10 @@ Examples:
   openmed-op run --require-target-label           # only Deployments labelled openmed.ai/managed=true
   RUST_LOG=debug openmed-op run --log-format json
 
-Exit codes: 0 stopped by a signal, 2 cannot start (no cluster access, port in use).")]
+  openmed-op run --leader-elect                   # one of several replicas; the Lease holder writes
+
+Exit codes: 0 stopped by a signal, 1 lost the leader Lease (restart to follow),
+2 cannot start (no cluster access, port in use, leader-election timings that overlap).")]
     Run(RunArgs),
 
     /// Check a change to OpenMedModels in Git before it merges.
@@ -175,6 +178,52 @@ struct RunArgs {
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+
+    /// Take part in leader election (as kube-controller-manager does): every
+    /// instance watches and keeps its caches warm, only the holder of a
+    /// coordination.k8s.io/v1 Lease writes. For two or more replicas. A
+    /// leader that cannot renew within the renew deadline stops writing and
+    /// exits with 1, so it restarts as a follower.
+    #[arg(
+        long,
+        help_heading = "Leader election",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value_t = false,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    leader_elect: bool,
+
+    /// How long followers wait after they last saw the Lease renewed before
+    /// they take it: the longest a dead leader's resources go unattended.
+    #[arg(long, help_heading = "Leader election", default_value = "15s", value_parser = parse_duration, value_name = "DURATION")]
+    leader_elect_lease_duration: std::time::Duration,
+
+    /// How long the leader keeps trying to renew before it stops writing.
+    /// Shorter than the lease duration; the difference covers a write
+    /// already on its way.
+    #[arg(long, help_heading = "Leader election", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    leader_elect_renew_deadline: std::time::Duration,
+
+    /// How long to wait between attempts to acquire or renew the Lease.
+    #[arg(long, help_heading = "Leader election", default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    leader_elect_retry_period: std::time::Duration,
+
+    /// The Lease's name.
+    #[arg(
+        long,
+        help_heading = "Leader election",
+        default_value = "openmed-operator",
+        value_name = "NAME"
+    )]
+    leader_elect_resource_name: String,
+
+    /// The Lease's namespace. Default: the pod's namespace (POD_NAMESPACE,
+    /// from the downward API), else the kubeconfig's.
+    #[arg(long, help_heading = "Leader election", value_name = "NAMESPACE")]
+    leader_elect_resource_namespace: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -183,7 +232,7 @@ enum LogFormat {
     Json,
 }
 
-/// `15s`, `2m`, `1h` or plain seconds.
+/// `500ms`, `15s`, `2m`, `1h` or plain seconds.
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => text.split_at(i),
@@ -192,16 +241,17 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let n: u64 = number
         .parse()
         .map_err(|_| format!("{text:?} is not a duration like 15s or 1m"))?;
-    let seconds = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("{text:?}: use s, m or h")),
+    let millis = match unit {
+        "ms" => n,
+        "s" => n.saturating_mul(1000),
+        "m" => n.saturating_mul(60_000),
+        "h" => n.saturating_mul(3_600_000),
+        _ => return Err(format!("{text:?}: use ms, s, m or h")),
     };
-    if seconds == 0 {
-        return Err("must be at least 1s".into());
+    if millis == 0 {
+        return Err("must be more than 0".into());
     }
-    Ok(std::time::Duration::from_secs(seconds))
+    Ok(std::time::Duration::from_millis(millis))
 }
 
 #[derive(Debug, clap::Args)]
@@ -352,7 +402,22 @@ fn run_operator(args: RunArgs) -> u8 {
         settings: crate::rollout::Settings {
             require_target_label: args.require_target_label,
         },
+        leader_election: args.leader_elect.then(|| crate::operator::LeaderElection {
+            name: args.leader_elect_resource_name.clone(),
+            namespace: args.leader_elect_resource_namespace.clone(),
+            timing: crate::operator::leader::Timing {
+                lease_duration: args.leader_elect_lease_duration,
+                renew_deadline: args.leader_elect_renew_deadline,
+                retry_period: args.leader_elect_retry_period,
+            },
+        }),
     };
+    if let Some(election) = &options.leader_election
+        && let Err(e) = election.timing.check()
+    {
+        eprintln!("openmed-op run: {e}");
+        return EXIT_USAGE;
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -362,6 +427,10 @@ fn run_operator(args: RunArgs) -> u8 {
     };
     match runtime.block_on(crate::operator::run(options)) {
         Ok(()) => EXIT_OK,
+        Err(e) if e.is::<crate::operator::LostLease>() => {
+            tracing::error!(error = %e, "stopped");
+            EXIT_FINDINGS
+        }
         Err(e) => {
             tracing::error!(error = %e, "cannot run");
             EXIT_USAGE

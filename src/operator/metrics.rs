@@ -40,6 +40,11 @@ struct RollbackLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WriteLabels {
     resource: &'static str,
     verb: &'static str,
@@ -58,6 +63,7 @@ pub struct Metrics {
     active: Gauge<i64, AtomicI64>,
     backoff: Gauge<i64, AtomicI64>,
     failing_watches: Gauge<i64, AtomicI64>,
+    leader: Family<LeaseLabels, Gauge<i64, AtomicI64>>,
 }
 
 impl Default for Metrics {
@@ -75,6 +81,12 @@ impl Default for Metrics {
         let active = Gauge::<i64, AtomicI64>::default();
         let backoff = Gauge::<i64, AtomicI64>::default();
         let failing_watches = Gauge::<i64, AtomicI64>::default();
+        let leader = Family::<LeaseLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "leader_election_master_status",
+            "1 while this instance holds the leader Lease (or runs without leader election), else 0",
+            leader.clone(),
+        );
         registry.register(
             "openmed_operator_resources_in_backoff",
             "OpenMedModels whose last reconcile failed and that wait to be retried",
@@ -137,6 +149,7 @@ impl Default for Metrics {
             active,
             backoff,
             failing_watches,
+            leader,
         }
     }
 }
@@ -150,6 +163,15 @@ impl Metrics {
     /// Sets how many watches are failing now.
     pub fn watches_failing(&self, n: usize) {
         self.failing_watches.set(n as i64);
+    }
+
+    /// Whether this instance leads, for the Lease `name`.
+    pub fn leading(&self, name: &str, leads: bool) {
+        self.leader
+            .get_or_create(&LeaseLabels {
+                name: name.to_owned(),
+            })
+            .set(i64::from(leads));
     }
 
     /// Counts one finished reconcile.

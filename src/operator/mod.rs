@@ -11,6 +11,7 @@
 mod events;
 mod health;
 mod http;
+pub mod leader;
 mod metrics;
 mod model;
 mod reconcile;
@@ -23,6 +24,7 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::client::ClientBuilder;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -37,6 +39,7 @@ use crate::api::names::{
 };
 use crate::rollout::Settings;
 use health::Health;
+use leader::{Fence, FenceLayer};
 use metrics::Metrics;
 use reconcile::Context;
 
@@ -57,7 +60,28 @@ pub struct Options {
     pub concurrency: u16,
     /// Policy switches.
     pub settings: Settings,
+    /// Leader election; `None`: this instance always acts.
+    pub leader_election: Option<LeaderElection>,
 }
+
+/// Leader election, as kube-controller-manager's `--leader-elect-*` flags
+/// set it.
+#[derive(Debug, Clone)]
+pub struct LeaderElection {
+    /// The Lease's name.
+    pub name: String,
+    /// The Lease's namespace; `None`: the pod's (`POD_NAMESPACE`, from the
+    /// downward API), else the kubeconfig's.
+    pub namespace: Option<String>,
+    /// Lease duration, renew deadline, retry period.
+    pub timing: leader::Timing,
+}
+
+/// The process stops because it lost the leader Lease: it exits non-zero,
+/// so it restarts as a clean follower.
+#[derive(Debug, thiserror::Error)]
+#[error("lost the leader lease; stopped so that the restart follows clean")]
+pub struct LostLease;
 
 /// Time limits of one request (not of a watch, which the watcher bounds
 /// with its own idle timeout): a server that stops answering fails the
@@ -70,10 +94,14 @@ pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     let mut config = kube::Config::infer().await?;
     // A user agent of its own makes the operator's requests easy to pick
     // out in the API server's audit log and request metrics.
-    config.headers.push((
-        ::http::header::USER_AGENT,
-        ::http::HeaderValue::from_static(USER_AGENT),
-    ));
+    // With leader election, it also names the instance, so the audit log
+    // shows which one wrote.
+    let identity = options.leader_election.as_ref().map(|_| leader::identity());
+    let agent = identity
+        .as_ref()
+        .and_then(|id| ::http::HeaderValue::from_str(&format!("{USER_AGENT} ({id})")).ok())
+        .unwrap_or(::http::HeaderValue::from_static(USER_AGENT));
+    config.headers.push((::http::header::USER_AGENT, agent));
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     // Watches stay open for minutes with nothing to read: they get a
     // client without a read timeout, and every other request one with it.
@@ -81,9 +109,24 @@ pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
     config.read_timeout = Some(REQUEST_TIMEOUT);
     config.write_timeout = Some(REQUEST_TIMEOUT);
     config.reset_reader_on_write = true;
-    let client = Client::try_from(config)?;
+    // The Lease is renewed through a client of its own: the fence below
+    // must never stand between the leader and its renewal.
+    let lease_client = Client::try_from(config.clone())?;
+    let default_namespace = config.default_namespace.clone();
+    let fence = Arc::new(match options.leader_election {
+        None => Fence::always_open(),
+        Some(_) => Fence::default(),
+    });
+    // Every write of a reconcile goes through the fence.
+    let client = ClientBuilder::try_from(config)?
+        .with_layer(&FenceLayer(fence.clone()))
+        .build();
     let metrics = Arc::new(Metrics::default());
-    let shutdown = shutdown_signal().shared();
+    let signal = shutdown_signal().shared();
+    let lost = lost_lease(fence.subscribe()).shared();
+    let shutdown = futures::future::select(signal.clone(), lost.clone())
+        .map(|_| ())
+        .shared();
     let scopes: Vec<Option<String>> = if options.namespaces.is_empty() {
         vec![None]
     } else {
@@ -102,8 +145,51 @@ pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         namespaces = ?options.namespaces,
         resync = ?options.resync,
         require_target_label = options.settings.require_target_label,
+        leader_elect = options.leader_election.is_some(),
         "openmed-op operator starting"
     );
+    // The election runs until the controllers have stopped, so a leader
+    // that is asked to stop finishes its reconciles before it releases.
+    let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
+    let election = match &options.leader_election {
+        None => {
+            metrics.leading("", true);
+            None
+        }
+        Some(election) => {
+            let namespace = election
+                .namespace
+                .clone()
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|n| !n.is_empty())
+                })
+                .unwrap_or(default_namespace);
+            let identity = identity.clone().unwrap_or_else(leader::identity);
+            info!(lease = %format!("{namespace}/{}", election.name), %identity, "leader election on");
+            let name = election.name.clone();
+            metrics.leading(&name, false);
+            {
+                let (metrics, mut leading) = (metrics.clone(), fence.subscribe());
+                tokio::spawn(async move {
+                    while leading.changed().await.is_ok() {
+                        metrics.leading(&name, *leading.borrow());
+                    }
+                });
+            }
+            Some(tokio::spawn(leader::elect(
+                Api::namespaced(lease_client, &namespace),
+                election.name.clone(),
+                identity,
+                election.timing.clone(),
+                fence.clone(),
+                async move {
+                    let _ = election_stopped.await;
+                },
+            )))
+        }
+    };
     let controllers = scopes.into_iter().map(|scope| {
         run_scope(
             Clients {
@@ -114,15 +200,36 @@ pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
             scope,
             &options,
             metrics.clone(),
+            fence.clone(),
             shutdown.clone(),
         )
     });
     futures::future::join_all(controllers).await;
+    let _ = stop_election.send(());
+    let ended = match election {
+        Some(election) => Some(election.await?),
+        None => None,
+    };
     if let Err(e) = http.await? {
         warn!(error = %e, "metrics server stopped with an error");
     }
+    if ended == Some(leader::Ended::Lost) {
+        return Err(LostLease.into());
+    }
     info!("stopped");
     Ok(())
+}
+
+/// Completes when this instance, having led, leads no more.
+async fn lost_lease(mut leading: tokio::sync::watch::Receiver<bool>) {
+    let lost = async {
+        leading.wait_for(|leads| *leads).await.ok()?;
+        leading.wait_for(|leads| !*leads).await.ok()
+    };
+    if lost.await.is_none() {
+        // The fence is gone with the process: nothing to wait for.
+        futures::future::pending::<()>().await;
+    }
 }
 
 fn api<K>(client: &Client, scope: &Option<String>) -> Api<K>
@@ -172,6 +279,7 @@ async fn run_scope(
     scope: Option<String>,
     options: &Options,
     metrics: Arc<Metrics>,
+    fence: Arc<Fence>,
     shutdown: futures::future::Shared<impl Future<Output = ()> + Send + 'static>,
 ) {
     let client = &clients.watches;
@@ -264,6 +372,7 @@ async fn run_scope(
         metrics,
         recorder: events::Recorder::new(client, instance),
         failures: Mutex::new(std::collections::HashMap::new()),
+        fence: fence.clone(),
     });
     {
         // Ready once every cache of this scope holds a full list, however
@@ -303,6 +412,9 @@ async fn run_scope(
                 .map(|m| ObjectRef::from_obj(&*m))
                 .collect::<Vec<_>>()
         })
+        // A follower's reconciles do nothing; when it takes over, every
+        // resource in its (warm) caches is looked at once.
+        .reconcile_all_on(became_leader(&fence))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, context)
         .for_each(|result| async move {
@@ -314,6 +426,13 @@ async fn run_scope(
             }
         })
         .await;
+}
+
+/// Yields once, when this instance starts to lead.
+fn became_leader(fence: &Fence) -> impl futures::Stream<Item = ()> + Send + 'static {
+    let mut leading = fence.subscribe();
+    futures::stream::once(async move { leading.wait_for(|leads| *leads).await.is_ok() })
+        .filter_map(|led| std::future::ready(led.then_some(())))
 }
 
 /// Drops `metadata.managedFields` before an object is cached: `decide`

@@ -103,12 +103,19 @@ pub struct Context {
     pub recorder: Recorder,
     /// Consecutive failures per object, for exponential backoff.
     pub failures: Mutex<HashMap<String, u32>>,
+    /// Whether this instance leads (always, without leader election).
+    pub fence: Arc<super::leader::Fence>,
 }
 
 /// Reconciles one OpenMedModel (the controller's reconcile function).
 #[instrument(skip_all, fields(resource = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())))]
 pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
+    if !ctx.fence.is_open(started) {
+        // A follower keeps its caches warm and leaves the rest to the
+        // leader; on taking over it reconciles everything.
+        return Ok(Action::await_change());
+    }
     let _worker = ctx.metrics.worker();
     let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     let api: Api<RawModel> =
