@@ -87,8 +87,59 @@ const GRANTED: &[&[&str]] = &[
     &["create", "events", "-n", "default"],
 ];
 
+/// Leader election: the one Lease in the operator's namespace.
+const LEASE_GRANTED: &[&[&str]] = &[
+    &[
+        "create",
+        "leases.coordination.k8s.io",
+        "-n",
+        "openmed-system",
+    ],
+    &[
+        "get",
+        "leases.coordination.k8s.io/openmed-operator",
+        "-n",
+        "openmed-system",
+    ],
+    &[
+        "update",
+        "leases.coordination.k8s.io/openmed-operator",
+        "-n",
+        "openmed-system",
+    ],
+];
+
+const LEASE_DENIED: &[&[&str]] = &[
+    &["create", "leases.coordination.k8s.io", "-n", "default"],
+    &[
+        "get",
+        "leases.coordination.k8s.io/openmed-operator",
+        "-n",
+        "default",
+    ],
+    &[
+        "update",
+        "leases.coordination.k8s.io/kube-controller-manager",
+        "-n",
+        "openmed-system",
+    ],
+    &["list", "leases.coordination.k8s.io", "-n", "openmed-system"],
+    &[
+        "delete",
+        "leases.coordination.k8s.io/openmed-operator",
+        "-n",
+        "openmed-system",
+    ],
+];
+
 fn the_install_grants_exactly_what_the_operator_uses() {
     operator_kubeconfig(); // applies deploy/operator --server-side
+    for args in LEASE_GRANTED {
+        assert!(can_i(OPERATOR_IDENTITY, args), "lease denied: {args:?}");
+    }
+    for args in LEASE_DENIED {
+        assert!(!can_i(OPERATOR_IDENTITY, args), "lease granted: {args:?}");
+    }
     let wrongly_granted: Vec<String> = DENIED
         .iter()
         .filter(|args| can_i(OPERATOR_IDENTITY, args))
@@ -121,8 +172,46 @@ fn the_operator_deployment_is_locked_down() {
     let d: Value = serde_json::from_str(&out).unwrap();
     let pod = &d["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
-    assert_eq!(d["spec"]["replicas"], 1);
-    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+    // Two leader-elected replicas, replaced one at a time, spread apart,
+    // and at most one taken by a disruption.
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    assert!(
+        c["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--leader-elect"))
+    );
+    let env_names: Vec<&str> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(env_names.contains(&"POD_NAME") && env_names.contains(&"POD_NAMESPACE"));
+    let spread: Vec<&str> = pod["topologySpreadConstraints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["topologyKey"].as_str())
+        .collect();
+    assert!(spread.contains(&"kubernetes.io/hostname"), "{spread:?}");
+    let (ok, out, err) = kubectl(&[
+        "get",
+        "poddisruptionbudget",
+        "openmed-operator",
+        "-n",
+        "openmed-system",
+        "-o",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    let pdb: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        d["spec"]["selector"]["matchLabels"]
+    );
     assert_eq!(pod["serviceAccountName"], "openmed-operator");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["runAsUser"], 65532);

@@ -12,6 +12,7 @@ mod cluster;
 mod deploy;
 mod faults;
 mod gitops;
+mod leader;
 mod operator;
 mod snapshots;
 mod support;
@@ -27,6 +28,7 @@ fn main() {
     trials.extend(faults::trials());
     trials.extend(deploy::trials());
     trials.extend(gitops::trials());
+    trials.extend(leader::trials());
     let any_selected = trials.iter().any(|t| selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);

@@ -88,7 +88,7 @@ pub fn trials() -> Vec<Trial> {
     ]
 }
 
-const ROLLOUT: Duration = Duration::from_secs(60);
+pub const ROLLOUT: Duration = Duration::from_secs(60);
 
 /// One test's world: a namespace, an admin client and an operator.
 pub struct Env {

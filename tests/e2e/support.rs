@@ -408,6 +408,19 @@ pub fn operator_kubeconfig() -> PathBuf {
     .clone()
 }
 
+/// `openmed-op run` for one namespace, with a short resync.
+fn run_args(namespace: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "-n".into(),
+        namespace.into(),
+        "--resync".into(),
+        "2s".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
 impl Operator {
     /// Starts `openmed-op run` for `namespace` with a short resync, as the
     /// operator's service account from `deploy/operator`.
@@ -415,20 +428,21 @@ impl Operator {
         Self::start_with(&operator_kubeconfig(), namespace, extra)
     }
 
+    /// Starts one of several operators for `namespace`, with a log of its
+    /// own (`operator-<namespace>-<instance>.log`).
+    pub fn start_instance(namespace: &str, instance: &str, extra: &[&str]) -> Self {
+        let log = cluster_dir()
+            .join("logs")
+            .join(format!("operator-{namespace}-{instance}.log"));
+        Self::spawn(run_args(namespace, extra), operator_kubeconfig(), log)
+    }
+
     /// Starts it with another kubeconfig (another identity).
     pub fn start_with(kubeconfig: &Path, namespace: &str, extra: &[&str]) -> Self {
-        let mut args: Vec<String> = vec![
-            "run".into(),
-            "-n".into(),
-            namespace.into(),
-            "--resync".into(),
-            "2s".into(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
         let log = cluster_dir()
             .join("logs")
             .join(format!("operator-{namespace}.log"));
-        Self::spawn(args, kubeconfig.to_path_buf(), log)
+        Self::spawn(run_args(namespace, extra), kubeconfig.to_path_buf(), log)
     }
 
     fn spawn(mut args: Vec<String>, kubeconfig: PathBuf, log: PathBuf) -> Self {
