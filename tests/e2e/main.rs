@@ -10,6 +10,7 @@
 
 mod cluster;
 mod deploy;
+mod env;
 mod faults;
 mod gitops;
 mod leader;

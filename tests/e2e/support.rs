@@ -431,10 +431,20 @@ impl Operator {
     /// Starts one of several operators for `namespace`, with a log of its
     /// own (`operator-<namespace>-<instance>.log`).
     pub fn start_instance(namespace: &str, instance: &str, extra: &[&str]) -> Self {
+        Self::start_instance_with(&operator_kubeconfig(), namespace, instance, extra)
+    }
+
+    /// [`Operator::start_instance`] with another kubeconfig.
+    pub fn start_instance_with(
+        kubeconfig: &Path,
+        namespace: &str,
+        instance: &str,
+        extra: &[&str],
+    ) -> Self {
         let log = cluster_dir()
             .join("logs")
             .join(format!("operator-{namespace}-{instance}.log"));
-        Self::spawn(run_args(namespace, extra), operator_kubeconfig(), log)
+        Self::spawn(run_args(namespace, extra), kubeconfig.to_path_buf(), log)
     }
 
     /// Starts it with another kubeconfig (another identity).
@@ -473,6 +483,18 @@ impl Operator {
             args,
             kubeconfig,
         }
+    }
+
+    /// Its process id.
+    #[allow(dead_code)] // the chaos suite's crash hooks
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it has exited (killed, crashed or stopped).
+    #[allow(dead_code)] // the chaos suite's crash hooks
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
     /// Kills it at once (SIGKILL), as a crash would.

@@ -1,0 +1,709 @@
+//! The scenarios: each sets up a fault, drives the operator through
+//! rollouts and rollbacks while it is active, waits for convergence, and
+//! returns what the invariant watcher saw.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use openmed_op::api::{OpenMedModel, OpenMedModelStatus, Phase};
+use serde_json::json;
+
+use crate::env::{deployment_yaml, model_yaml};
+use crate::proxy::{Fault, Match, Rule};
+use crate::stage::Stage;
+use crate::support::*;
+use crate::{Mode, Outcome, Scenario};
+
+pub fn all() -> Vec<(&'static str, Scenario)> {
+    vec![
+        ("crash_sweep_rollout", crash_sweep_rollout),
+        (
+            "crash_sweep_automatic_rollback",
+            crash_sweep_automatic_rollback,
+        ),
+        ("crash_sweep_manual_rollback", crash_sweep_manual_rollback),
+        (
+            "persistent_status_conflicts_back_off",
+            persistent_status_conflicts_back_off,
+        ),
+        ("random_server_errors", random_server_errors),
+        (
+            "errors_after_the_write_committed",
+            errors_after_the_write_committed,
+        ),
+        (
+            "cut_watches_and_expired_resource_versions",
+            cut_watches_and_expired_resource_versions,
+        ),
+        (
+            "two_instances_with_leader_election",
+            two_instances_with_leader_election,
+        ),
+        (
+            "two_instances_without_leader_election",
+            two_instances_without_leader_election,
+        ),
+        (
+            "a_foreign_namespace_is_never_written",
+            a_foreign_namespace_is_never_written,
+        ),
+        (
+            "rivals_created_and_deleted_within_a_second",
+            rivals_created_and_deleted_within_a_second,
+        ),
+    ]
+}
+
+/// The model every scenario drives.
+const MODEL: &str = "svc";
+
+/// A deadline short enough that an automatic rollback is quick.
+const DEADLINE: &str = "  rolloutStrategy:\n    progressDeadlineSeconds: 4\n";
+
+/// Creates the target and the model at `version`, and waits until Ready.
+async fn set_up(stage: &mut Stage, version: &str) {
+    stage
+        .env
+        .apply(&deployment_yaml(MODEL, "openmed-service", "boot"))
+        .await;
+    stage.env.apply(&model_yaml(MODEL, version, DEADLINE)).await;
+    let version = version.to_owned();
+    stage
+        .converge(MODEL, "the first version", |s| ready_with(s, &version))
+        .await;
+    quiet(stage).await;
+}
+
+fn ready_with(s: &OpenMedModelStatus, version: &str) -> bool {
+    s.phase == Some(Phase::Ready) && s.active_version.as_deref() == Some(version)
+}
+
+/// Waits until the operator has written nothing in the namespace for a
+/// second: the writes that follow a Ready status (the pointer, the events)
+/// have landed, so the next crash point counts from the next change.
+async fn quiet(stage: &Stage) {
+    let namespace = stage.namespace();
+    wait_for(
+        "the operator to go quiet",
+        Duration::from_secs(60),
+        || async {
+            let last = stage
+                .proxy
+                .log()
+                .into_iter()
+                .filter(|l| {
+                    l.call.is_write() && l.call.namespace.as_deref() == Some(namespace.as_str())
+                })
+                .map(|l| l.at)
+                .max();
+            let idle = last.is_none_or(|at| at.elapsed() > Duration::from_secs(1));
+            if idle {
+                Some(())
+            } else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                None
+            }
+        },
+    )
+    .await;
+}
+
+/// One change the scenarios make, and what convergence means for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Change {
+    /// A new version that gets ready.
+    Rollout,
+    /// A new version that never gets ready: rolled back automatically.
+    AutomaticRollback,
+    /// Back to the previous retained version by annotation (after a fresh
+    /// rollout, so that each rollback is in a generation of its own).
+    ManualRollback,
+}
+
+/// State the drivers share across changes.
+struct Driver {
+    n: u32,
+    rollbacks: i64,
+}
+
+impl Driver {
+    fn new() -> Self {
+        Driver { n: 0, rollbacks: 0 }
+    }
+
+    fn version(&mut self, stage: &Stage, what: &str) -> String {
+        self.n += 1;
+        format!("OpenMed/{what}-{}-{}", self.n, stage.namespace())
+    }
+
+    /// Prepares `change` without faults (what must happen before it).
+    async fn prepare(&mut self, stage: &mut Stage, change: Change) {
+        if change == Change::ManualRollback {
+            let version = self.version(stage, "good");
+            patch_model(
+                stage,
+                json!({"metadata": {"annotations": {"openmed.ai/rollback-to": null}}, "spec": {"version": version}}),
+            )
+            .await;
+            let v = version.clone();
+            stage
+                .converge(MODEL, "the rollout before a manual rollback", |s| {
+                    ready_with(s, &v)
+                })
+                .await;
+            quiet(stage).await;
+        }
+    }
+
+    /// Makes `change` and waits until it has converged; returns how long
+    /// that took.
+    async fn change(&mut self, stage: &mut Stage, change: Change) -> Duration {
+        match change {
+            Change::Rollout => {
+                let version = self.version(stage, "good");
+                stage.env.set_spec(MODEL, json!({"version": version})).await;
+                stage
+                    .converge(MODEL, "the rollout", |s| ready_with(s, &version))
+                    .await
+                    .1
+            }
+            Change::AutomaticRollback => {
+                let bad = self.version(stage, "bad");
+                mark_unready(&stage.env.client, &[&bad]).await;
+                stage
+                    .invariants
+                    .expect
+                    .unready
+                    .lock()
+                    .unwrap()
+                    .insert(bad.clone());
+                let before = stage.env.status(MODEL).await;
+                let good = before.active_version.clone().unwrap_or_default();
+                stage.env.set_spec(MODEL, json!({"version": bad})).await;
+                self.rollbacks += 1;
+                let rollbacks = self.rollbacks;
+                stage
+                    .converge(MODEL, "the automatic rollback", |s| {
+                        s.phase == Some(Phase::RolledBack)
+                            && s.active_version.as_deref() == Some(good.as_str())
+                            && s.rollback_count == Some(rollbacks)
+                    })
+                    .await
+                    .1
+            }
+            Change::ManualRollback => {
+                let status = stage.env.status(MODEL).await;
+                let target = status
+                    .previous_successful_spec
+                    .map(|s| s.version)
+                    .expect("a previous version is retained");
+                stage
+                    .env
+                    .annotate(MODEL, "openmed.ai/rollback-to", Some(&target))
+                    .await;
+                stage
+                    .converge(MODEL, "the manual rollback", |s| {
+                        s.active_version.as_deref() == Some(target.as_str())
+                            && s.conditions
+                                .iter()
+                                .any(|c| c.type_ == "Ready" && c.reason == "ManualRollback")
+                    })
+                    .await
+                    .1
+            }
+        }
+    }
+}
+
+async fn patch_model(stage: &Stage, patch: serde_json::Value) {
+    stage
+        .env
+        .models()
+        .patch(MODEL, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+/// The crash-point sweep: SIGKILL the operator just before, or just after,
+/// its k-th write of a change, for every k (full) or a seeded sample, then
+/// restart it and check that the change converges with every promise kept.
+fn crash_sweep(prefix: &str, change: Change, mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new(prefix, seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        if change == Change::ManualRollback {
+            // Two retained versions to move between.
+            driver.change(&mut stage, Change::Rollout).await;
+            quiet(&stage).await;
+        }
+        let mut outcome = Outcome::default();
+        for after in [false, true] {
+            // Bounded: two seeded points per side; full: every point until a
+            // change completes with fewer writes than k.
+            let sample: Vec<u32> = if mode.full {
+                (0..64).collect()
+            } else {
+                let mut points: BTreeSet<u32> = BTreeSet::new();
+                while points.len() < 2 {
+                    points.insert(stage.rng.u32(0..8));
+                }
+                points.into_iter().collect()
+            };
+            for k in sample {
+                driver.prepare(&mut stage, change).await;
+                let kill = stage.kill_hook();
+                let fault = if after {
+                    Fault::HookAfter(kill)
+                } else {
+                    Fault::HookBefore(kill)
+                };
+                let rule = stage
+                    .proxy
+                    .add(Rule::new(stage.writes(), fault).skip(k).times(1));
+                let took = driver.change(&mut stage, change).await;
+                let fired = stage.proxy.applied()[rule] > 0;
+                stage.proxy.clear();
+                stage.revive();
+                quiet(&stage).await;
+                stage.invariants.settled(MODEL, driver.rollbacks).await;
+                outcome.points += 1;
+                outcome.converge.push(took);
+                eprintln!(
+                    "  crash {} write {k}: {}, converged in {:.1} s",
+                    if after { "after" } else { "before" },
+                    if fired { "killed" } else { "not reached" },
+                    took.as_secs_f64()
+                );
+                if mode.full && !fired {
+                    break;
+                }
+            }
+        }
+        outcome.violations = stage.finish().await;
+        outcome
+    })
+}
+
+fn crash_sweep_rollout(mode: Mode, seed: u64) -> Outcome {
+    crash_sweep("crash-rollout", Change::Rollout, mode, seed)
+}
+
+fn crash_sweep_automatic_rollback(mode: Mode, seed: u64) -> Outcome {
+    crash_sweep("crash-autorb", Change::AutomaticRollback, mode, seed)
+}
+
+fn crash_sweep_manual_rollback(mode: Mode, seed: u64) -> Outcome {
+    crash_sweep("crash-manualrb", Change::ManualRollback, mode, seed)
+}
+
+/// Drives a seeded mix of rollouts and rollbacks under the faults already
+/// installed; returns each change's time to converge.
+async fn drive(stage: &mut Stage, driver: &mut Driver, changes: usize) -> Vec<Duration> {
+    let mut took = Vec::new();
+    for _ in 0..changes {
+        let change = match stage.rng.u32(0..4) {
+            0 => Change::AutomaticRollback,
+            1 => Change::ManualRollback,
+            _ => Change::Rollout,
+        };
+        driver.prepare(stage, change).await;
+        took.push(driver.change(stage, change).await);
+    }
+    took
+}
+
+fn changes(mode: Mode) -> usize {
+    if mode.full { 8 } else { 3 }
+}
+
+/// A persistent 409 on every status write: the operator backs off, its
+/// retries spread out (1 s doubling), and it converges once it stops.
+fn persistent_status_conflicts_back_off(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("conflicts", seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        let status_writes = Match {
+            resource: Some("openmedmodels/status".into()),
+            namespace: Some(stage.namespace()),
+            writes: true,
+            ..Match::default()
+        };
+        stage
+            .proxy
+            .add(Rule::new(status_writes.clone(), Fault::Fail(409)));
+        let version = driver.version(&stage, "good");
+        stage.env.set_spec(MODEL, json!({"version": version})).await;
+        // Long enough for the spacing to reach 8 s (16 s in the full run).
+        let attempts = if mode.full { 6 } else { 5 };
+        let log = wait_for(
+            "the retries to spread out",
+            Duration::from_secs(90),
+            || async {
+                let hits: Vec<Instant> = stage
+                    .proxy
+                    .log()
+                    .into_iter()
+                    .filter(|l| status_writes.matches(&l.call) && l.fault.is_some())
+                    .map(|l| l.at)
+                    .collect();
+                if hits.len() >= attempts {
+                    Some(hits)
+                } else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    None
+                }
+            },
+        )
+        .await;
+        let gaps: Vec<f64> = log
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64())
+            .collect();
+        let mut outcome = Outcome::default();
+        eprintln!("  spacing of the refused status writes: {gaps:.1?} s");
+        // Each retry waits at least as long as the one before (backoff
+        // doubles; a watch event may bring one forward, never shorten the
+        // trend), and the last gap has grown well past the first.
+        let last = *gaps.last().unwrap();
+        if last < 3.5 * gaps[0].max(0.5) {
+            outcome
+                .violations
+                .push(format!("the retries did not spread out: {gaps:.1?} s"));
+        }
+        stage.proxy.clear();
+        let (_, took) = stage
+            .converge(MODEL, "the rollout after the conflicts", |s| {
+                ready_with(s, &version)
+            })
+            .await;
+        outcome.converge.push(took);
+        quiet(&stage).await;
+        stage.invariants.settled(MODEL, 0).await;
+        outcome.points = attempts as u32;
+        outcome.violations.extend(stage.finish().await);
+        outcome
+    })
+}
+
+/// 20 % of the operator's requests in the namespace (reads and writes, not
+/// watches) answered 500, 503 or 504, over a seeded series of changes.
+fn random_server_errors(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("errors5xx", seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        for status in [500, 503, 504] {
+            stage.proxy.add(
+                Rule::new(
+                    Match {
+                        namespace: Some(stage.namespace()),
+                        verbs: Some(vec!["get", "list", "create", "update", "patch", "delete"]),
+                        ..Match::default()
+                    },
+                    Fault::Fail(status),
+                )
+                .probability(0.07),
+            );
+        }
+        let mut outcome = Outcome::default();
+        outcome.converge = drive(&mut stage, &mut driver, changes(mode)).await;
+        outcome.points = stage.proxy.applied().iter().sum();
+        stage.proxy.clear();
+        quiet(&stage).await;
+        stage.invariants.settled(MODEL, driver.rollbacks).await;
+        outcome.violations = stage.finish().await;
+        outcome
+    })
+}
+
+/// Writes that take effect but are answered 504 (a timeout after commit).
+fn errors_after_the_write_committed(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("after504", seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        stage
+            .proxy
+            .add(Rule::new(stage.writes(), Fault::FailAfter(504)).probability(0.3));
+        let mut outcome = Outcome::default();
+        outcome.converge = drive(&mut stage, &mut driver, changes(mode)).await;
+        outcome.points = stage.proxy.applied().iter().sum();
+        stage.proxy.clear();
+        quiet(&stage).await;
+        stage.invariants.settled(MODEL, driver.rollbacks).await;
+        outcome.violations = stage.finish().await;
+        outcome
+    })
+}
+
+/// Watches cut after 0.5 to 3 s, and re-watches answered 410 Gone.
+fn cut_watches_and_expired_resource_versions(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("watches", seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        let watches = Match {
+            verbs: Some(vec!["watch"]),
+            ..Match::default()
+        };
+        stage
+            .proxy
+            .add(Rule::new(watches.clone(), Fault::Gone).probability(0.3));
+        let cut = Duration::from_millis(500 + stage.rng.u64(0..2500));
+        stage.proxy.add(Rule::new(watches, Fault::CutWatch(cut)));
+        let mut outcome = Outcome::default();
+        outcome.converge = drive(&mut stage, &mut driver, changes(mode)).await;
+        outcome.points = stage.proxy.applied().iter().sum();
+        stage.proxy.clear();
+        quiet(&stage).await;
+        stage.invariants.settled(MODEL, driver.rollbacks).await;
+        outcome.violations = stage.finish().await;
+        outcome
+    })
+}
+
+/// Grants the operator's identity the Lease in the scenario's namespace.
+async fn grant_lease(stage: &Stage) {
+    stage
+        .env
+        .apply(
+            "apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: chaos-lease}
+rules:
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: chaos-lease}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: chaos-lease}
+subjects:
+- {kind: ServiceAccount, name: openmed-operator, namespace: openmed-system}
+",
+        )
+        .await;
+}
+
+/// Leader election in the scenario's own namespace (`{ns}` is replaced by
+/// it), with short timings so that a take-over is quick.
+const ELECT: &[&str] = &[
+    "--leader-elect",
+    "--leader-elect-resource-namespace={ns}",
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+];
+
+/// Two instances through the proxy, driven through changes; the stage's
+/// own instance is SIGKILLed before every other change (and restarted by
+/// the convergence wait). Returns each change's time to converge and the
+/// writers (User-Agents) in the order their writes arrived, one entry per
+/// run of writes.
+async fn two_instances(
+    stage: &mut Stage,
+    mode: Mode,
+    extra: &[&str],
+) -> (Vec<Duration>, Vec<String>) {
+    let mut driver = Driver::new();
+    let first = driver.version(stage, "good");
+    set_up(stage, &first).await;
+    let namespace = stage.namespace();
+    let args: Vec<String> = extra
+        .iter()
+        .map(|a| a.replace("{ns}", &namespace))
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut second = Operator::start_instance_with(&stage.kubeconfig, &namespace, "second", &args);
+    let mut took = Vec::new();
+    for i in 0..changes(mode) {
+        if i % 2 == 1 {
+            stage.env.operator.kill();
+        }
+        let change = match stage.rng.u32(0..3) {
+            0 => Change::AutomaticRollback,
+            1 => Change::ManualRollback,
+            _ => Change::Rollout,
+        };
+        driver.prepare(stage, change).await;
+        took.push(driver.change(stage, change).await);
+    }
+    quiet(stage).await;
+    stage.invariants.settled(MODEL, driver.rollbacks).await;
+    second.kill();
+    let mut terms: Vec<String> = Vec::new();
+    for logged in stage.proxy.log() {
+        if logged.call.is_write()
+            && logged.call.resource != "leases"
+            && logged.call.namespace.as_deref() == Some(namespace.as_str())
+            && terms.last() != Some(&logged.call.user_agent)
+        {
+            terms.push(logged.call.user_agent);
+        }
+    }
+    (took, terms)
+}
+
+/// With leader election: two instances, the stage's one killed now and
+/// then. Every promise holds, and the instances' writes never interleave
+/// (each process writes in one contiguous term: no write after a successor
+/// has begun, which is what the fence ensures).
+fn two_instances_with_leader_election(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("twole", seed, ELECT).await;
+        grant_lease(&stage).await;
+        let (took, terms) = two_instances(&mut stage, mode, ELECT).await;
+        let mut outcome = Outcome {
+            converge: took,
+            points: terms.len() as u32,
+            ..Outcome::default()
+        };
+        eprintln!("  terms of writers: {}", terms.len());
+        let mut seen = BTreeSet::new();
+        for writer in &terms {
+            if !seen.insert(writer) {
+                outcome.violations.push(format!(
+                    "{writer} wrote again after another instance had begun: {terms:#?}"
+                ));
+            }
+        }
+        outcome.violations.extend(stage.finish().await);
+        outcome
+    })
+}
+
+/// Without leader election: two instances at once. The suite shows what
+/// breaks (both decide and write, so events are recorded twice and each
+/// undoes the other's work); it does not fail on it.
+fn two_instances_without_leader_election(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("twonole", seed, &[]).await;
+        stage
+            .invariants
+            .expect
+            .tolerate
+            .store(true, Ordering::SeqCst);
+        let (took, _) = two_instances(&mut stage, mode, &[]).await;
+        let mut outcome = Outcome {
+            converge: took,
+            ..Outcome::default()
+        };
+        outcome.expected_breakage = stage.finish().await;
+        eprintln!(
+            "  without leader election, broken promises: {}",
+            outcome.expected_breakage.len()
+        );
+        outcome
+    })
+}
+
+/// A Deployment in another namespace that claims to belong to the model:
+/// the operator (watching both namespaces) never writes there.
+fn a_foreign_namespace_is_never_written(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let client = admin().await;
+        let other = TestNamespace::create(&client, "foreign").await;
+        let other_ns = other.name.clone();
+        let mut stage = Stage::new("home", seed, &["-n", &other_ns]).await;
+        let home = stage.namespace();
+        let mut deployment: serde_json::Value =
+            serde_yaml::from_str(&deployment_yaml(MODEL, "openmed-service", "boot")).unwrap();
+        deployment["metadata"]["annotations"] =
+            json!({"openmed.ai/model-resource": format!("{home}/{MODEL}")});
+        deployment["metadata"]["labels"]["openmed.ai/operated-by"] = json!("openmed-operator");
+        apply_yaml(
+            &client,
+            Some(&other_ns),
+            &serde_yaml::to_string(&deployment).unwrap(),
+            "e2e-user",
+        )
+        .await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        let mut outcome = Outcome::default();
+        outcome.converge = drive(&mut stage, &mut driver, changes(mode)).await;
+        quiet(&stage).await;
+        let foreign: Vec<String> = stage
+            .proxy
+            .log()
+            .into_iter()
+            .filter(|l| l.call.is_write() && l.call.namespace.as_deref() == Some(other_ns.as_str()))
+            .map(|l| format!("{} {} {:?}", l.call.verb, l.call.resource, l.call.name))
+            .collect();
+        if !foreign.is_empty() {
+            outcome
+                .violations
+                .push(format!("writes in the foreign namespace: {foreign:?}"));
+        }
+        stage.invariants.settled(MODEL, driver.rollbacks).await;
+        outcome.points = 1;
+        outcome.violations.extend(stage.finish().await);
+        other.delete().await;
+        outcome
+    })
+}
+
+/// Rival models for the same Deployment, created and deleted within a
+/// second of each other, while the owner rolls out.
+fn rivals_created_and_deleted_within_a_second(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("rivals", seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        let models: Api<OpenMedModel> = stage.env.models();
+        let mut outcome = Outcome::default();
+        let rounds = if mode.full { 10 } else { 3 };
+        for round in 0..rounds {
+            let rival = format!("rival-{round}");
+            let mut yaml: serde_json::Value =
+                serde_yaml::from_str(&model_yaml(&rival, &first, "")).unwrap();
+            yaml["spec"]["targetRef"] = json!({"name": MODEL});
+            stage
+                .env
+                .apply(&serde_yaml::to_string(&yaml).unwrap())
+                .await;
+            let pause = Duration::from_millis(stage.rng.u64(0..1000));
+            if stage.rng.bool() {
+                // The owner changes while the rival exists.
+                let version = driver.version(&stage, "good");
+                stage.env.set_spec(MODEL, json!({"version": version})).await;
+            }
+            tokio::time::sleep(pause).await; // the fault: how long the rival lives
+            models
+                .delete(&rival, &DeleteParams::default())
+                .await
+                .unwrap();
+            wait_for("the rival to be gone", Duration::from_secs(60), || async {
+                models
+                    .get_opt(&rival)
+                    .await
+                    .unwrap()
+                    .is_none()
+                    .then_some(())
+            })
+            .await;
+            let active = stage.env.models().get(MODEL).await.unwrap().spec.version;
+            let (_, took) = stage
+                .converge(MODEL, "the owner after a rival", |s| ready_with(s, &active))
+                .await;
+            outcome.converge.push(took);
+            outcome.points += 1;
+        }
+        quiet(&stage).await;
+        stage.invariants.settled(MODEL, 0).await;
+        outcome.violations = stage.finish().await;
+        outcome
+    })
+}

@@ -1,0 +1,149 @@
+//! One scenario run's set-up: a namespace, the proxy, an operator that
+//! talks to the API server only through it, and the invariant watcher.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use openmed_op::api::OpenMedModelStatus;
+
+use crate::env::Env;
+use crate::invariants::Invariants;
+use crate::proxy::{Hook, Match, Proxy};
+use crate::support::*;
+
+/// How long a scenario waits for the operator to converge after a fault.
+pub const CONVERGE: Duration = Duration::from_secs(120);
+
+pub struct Stage {
+    pub env: Env,
+    pub proxy: Proxy,
+    pub invariants: Invariants,
+    /// The kubeconfig through the proxy.
+    pub kubeconfig: PathBuf,
+    /// The current operator process, for hooks that kill it.
+    pid: Arc<AtomicU32>,
+    args: Vec<String>,
+    pub rng: fastrand::Rng,
+    /// Restarts after a kill.
+    pub restarts: u32,
+}
+
+impl Stage {
+    /// A namespace `prefix-…`, the proxy, the invariant watcher, and an
+    /// operator (with `args`) through the proxy.
+    pub async fn new(prefix: &str, seed: u64, args: &[&str]) -> Stage {
+        let client = admin().await;
+        install_crd(&client).await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        let pki = cluster_dir().join("pki");
+        let proxy = Proxy::start(
+            client.clone(),
+            &pki.join("apiserver.crt"),
+            &pki.join("apiserver.key"),
+            seed,
+        )
+        .await;
+        let kubeconfig = cluster_dir().join(format!("chaos-{}.kubeconfig", ns.name));
+        proxy.kubeconfig(&operator_kubeconfig(), &kubeconfig);
+        let invariants = Invariants::start(&client, &ns.name);
+        let args: Vec<String> = args.iter().map(|a| a.replace("{ns}", &ns.name)).collect();
+        let operator = Operator::start_with(
+            &kubeconfig,
+            &ns.name,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let pid = Arc::new(AtomicU32::new(operator.pid()));
+        Stage {
+            env: Env {
+                client,
+                ns,
+                operator,
+            },
+            proxy,
+            invariants,
+            kubeconfig,
+            pid,
+            args,
+            rng: fastrand::Rng::with_seed(seed),
+            restarts: 0,
+        }
+    }
+
+    /// The namespace's name.
+    pub fn namespace(&self) -> String {
+        self.env.ns.name.clone()
+    }
+
+    /// Every write of the operator in this namespace.
+    pub fn writes(&self) -> Match {
+        Match {
+            namespace: Some(self.namespace()),
+            writes: true,
+            ..Match::default()
+        }
+    }
+
+    /// A hook that SIGKILLs the operator, as a crash would.
+    pub fn kill_hook(&self) -> Hook {
+        let pid = self.pid.clone();
+        Arc::new(move |_| {
+            let pid = pid.load(Ordering::SeqCst) as i32;
+            // SAFETY: kill(2) on a child process id we started.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        })
+    }
+
+    /// Restarts the operator if it has died; returns whether it had.
+    pub fn revive(&mut self) -> bool {
+        if !self.env.operator.exited() {
+            return false;
+        }
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        self.env.operator = Operator::start_with(&self.kubeconfig, &self.env.ns.name, &args);
+        self.pid.store(self.env.operator.pid(), Ordering::SeqCst);
+        self.restarts += 1;
+        true
+    }
+
+    /// Waits until `ok` holds of `name`'s status, restarting the operator
+    /// whenever it dies (a hook killed it); returns the status and how long
+    /// it took.
+    pub async fn converge(
+        &mut self,
+        name: &str,
+        what: &str,
+        mut ok: impl FnMut(&OpenMedModelStatus) -> bool,
+    ) -> (OpenMedModelStatus, Duration) {
+        let started = Instant::now();
+        loop {
+            self.revive();
+            let status = self.env.status(name).await;
+            if ok(&status) {
+                return (status, started.elapsed());
+            }
+            if started.elapsed() > CONVERGE {
+                panic!(
+                    "{what}: not converged within {CONVERGE:?} ({}/{name}; operator log {}); last status: {status:#?}",
+                    self.env.ns.name,
+                    self.env.operator.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stops everything; returns the violations seen.
+    pub async fn finish(self) -> Vec<String> {
+        let violations = self.invariants.violations();
+        let Stage {
+            env, kubeconfig, ..
+        } = self;
+        env.finish().await;
+        let _ = std::fs::remove_file(kubeconfig);
+        violations
+    }
+}

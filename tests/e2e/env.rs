@@ -1,0 +1,210 @@
+//! The test environment the end-to-end and chaos suites share: a
+//! namespace, an operator for it, and the helpers that read and change an
+//! OpenMedModel there.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Event as KubeEvent};
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use openmed_op::api::{OpenMedModel, OpenMedModelStatus, Phase};
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+pub const ROLLOUT: Duration = Duration::from_secs(60);
+
+/// One test's world: a namespace, an admin client and an operator.
+pub struct Env {
+    pub client: Client,
+    pub ns: TestNamespace,
+    pub operator: Operator,
+}
+
+impl Env {
+    pub async fn new(prefix: &str) -> Self {
+        Self::with_operator_args(prefix, &[]).await
+    }
+
+    pub async fn with_operator_args(prefix: &str, args: &[&str]) -> Self {
+        let client = admin().await;
+        install_crd(&client).await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        let operator = Operator::start(&ns.name, args);
+        Env {
+            client,
+            ns,
+            operator,
+        }
+    }
+
+    pub fn models(&self) -> Api<OpenMedModel> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    pub fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    pub fn config_maps(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.ns.name)
+    }
+
+    pub async fn apply(&self, yaml: &str) {
+        apply_yaml(&self.client, Some(&self.ns.name), yaml, "e2e-user").await;
+    }
+
+    /// Unique version names per test, so the shared unready list does not leak.
+    pub fn version(&self, name: &str) -> String {
+        format!("OpenMed/{name}-{}", self.ns.name)
+    }
+
+    pub async fn status(&self, name: &str) -> OpenMedModelStatus {
+        self.models()
+            .get(name)
+            .await
+            .ok()
+            .and_then(|m| m.status)
+            .unwrap_or_default()
+    }
+
+    pub async fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        ok: impl FnMut(&OpenMedModelStatus) -> bool,
+    ) -> OpenMedModelStatus {
+        wait_until(
+            &format!(
+                "{what} ({}/{name}; operator log {})",
+                self.ns.name,
+                self.operator.log.display()
+            ),
+            ROLLOUT,
+            || self.status(name),
+            ok,
+        )
+        .await
+    }
+
+    /// Waits until a rollback of `name` has succeeded (`RolledBack=True`).
+    pub async fn wait_rolled_back(&self, name: &str) -> OpenMedModelStatus {
+        self.wait_status(name, "the rollback to succeed", |s| {
+            s.phase == Some(Phase::RolledBack)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "RolledBack" && c.status == "True")
+        })
+        .await
+    }
+
+    pub async fn wait_ready(&self, name: &str, version: &str) -> OpenMedModelStatus {
+        self.wait_status(name, &format!("phase Ready serving {version}"), |s| {
+            s.phase == Some(Phase::Ready) && s.active_version.as_deref() == Some(version)
+        })
+        .await
+    }
+
+    pub async fn deployment(&self, name: &str) -> Value {
+        serde_json::to_value(self.deployments().get(name).await.unwrap()).unwrap()
+    }
+
+    pub async fn event_reasons(&self, object: &str) -> Vec<(String, i32)> {
+        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &self.ns.name);
+        let mut events: Vec<(String, i32)> = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some(object)
+                    && e.involved_object.kind.as_deref() == Some("OpenMedModel")
+            })
+            .map(|e| (e.reason.unwrap_or_default(), e.count.unwrap_or(1)))
+            .collect();
+        events.sort();
+        events
+    }
+
+    pub async fn wait_event(&self, object: &str, reason: &str) {
+        wait_until(
+            &format!("event {reason} on {object}"),
+            ROLLOUT,
+            || self.event_reasons(object),
+            |events| events.iter().any(|(r, _)| r == reason),
+        )
+        .await;
+    }
+
+    pub async fn set_spec(&self, name: &str, patch: Value) {
+        self.models()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": patch })),
+            )
+            .await
+            .unwrap();
+    }
+
+    pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
+        self.models()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    pub async fn finish(self) {
+        let Env {
+            ns, mut operator, ..
+        } = self;
+        operator.kill();
+        ns.delete().await;
+    }
+}
+
+pub fn deployment_yaml(name: &str, container: &str, boot_version: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  labels: {{app: {name}}}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+      - name: {container}
+        image: openmed/openmed-service:1.0.0
+        env:
+        - name: OPENMED_SERVICE_PRELOAD_MODELS
+          value: {boot_version}
+"
+    )
+}
+
+pub fn model_yaml(name: &str, version: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: openmed.ai/v1alpha1
+kind: OpenMedModel
+metadata:
+  name: {name}
+spec:
+  family: pii
+  tier: Small
+  version: {version}
+  replicas: 2
+{extra}"
+    )
+}
