@@ -23,6 +23,12 @@ use crate::api::{API_VERSION, KIND};
 use crate::plan::canonical::hex;
 use crate::rollout::{Event, EventType};
 
+/// An annotation with a value unique to one attempt to create an event: a
+/// create that took effect but was answered with an error (a 504 after
+/// commit, which the client retries) finds its own event on the retry, by
+/// this value, and does not count itself twice.
+const OCCURRENCE_ANNOTATION: &str = "openmed.ai/event-occurrence";
+
 /// Writes events; remembers counts so repeats cost one request.
 ///
 /// The counts are kept per resource (by UID) and only for its current
@@ -112,10 +118,12 @@ impl Recorder {
             EventType::Normal => "Normal",
             EventType::Warning => "Warning",
         };
+        let occurrence = uuid::Uuid::new_v4().to_string();
         let body = KubeEvent {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(namespace.clone()),
+                annotations: Some([(OCCURRENCE_ANNOTATION.to_owned(), occurrence.clone())].into()),
                 ..ObjectMeta::default()
             },
             involved_object: ObjectReference {
@@ -148,10 +156,18 @@ impl Recorder {
                 Ok(())
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                let known = self.known(resource, &name);
-                let count = match known {
+                let count = match self.known(resource, &name) {
                     Some(c) => c,
-                    None => api.get(&name).await?.count.unwrap_or(1),
+                    None => {
+                        let existing = api.get(&name).await?;
+                        let count = existing.count.unwrap_or(1);
+                        if existing.annotations().get(OCCURRENCE_ANNOTATION) == Some(&occurrence) {
+                            // This very create took effect on an earlier try.
+                            self.remember(resource, name, count);
+                            return Ok(());
+                        }
+                        count
+                    }
                 } + 1;
                 let patch =
                     json!({ "count": count, "lastTimestamp": now, "message": event.message });

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use openmed_op::api::OpenMedModel;
 use openmed_op::api::names::{
@@ -75,7 +75,9 @@ impl Invariants {
             let checks = shared.clone();
             let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
             tasks.push(tokio::spawn(async move {
-                let mut stream = watcher(pods, watcher::Config::default()).boxed();
+                let mut stream = watcher(pods, watcher::Config::default())
+                    .default_backoff()
+                    .boxed();
                 while let Some(event) = stream.next().await {
                     if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
                         checks.pod(&pod).await;
@@ -87,7 +89,9 @@ impl Invariants {
             let checks = shared.clone();
             let models: Api<OpenMedModel> = Api::namespaced(client.clone(), namespace);
             tasks.push(tokio::spawn(async move {
-                let mut stream = watcher(models, watcher::Config::default()).boxed();
+                let mut stream = watcher(models, watcher::Config::default())
+                    .default_backoff()
+                    .boxed();
                 while let Some(event) = stream.next().await {
                     if let Ok(watcher::Event::Apply(model) | watcher::Event::InitApply(model)) =
                         event
@@ -101,7 +105,9 @@ impl Invariants {
             let checks = shared.clone();
             let events: Api<Event> = Api::namespaced(client.clone(), namespace);
             tasks.push(tokio::spawn(async move {
-                let mut stream = watcher(events, watcher::Config::default()).boxed();
+                let mut stream = watcher(events, watcher::Config::default())
+                    .default_backoff()
+                    .boxed();
                 while let Some(event) = stream.next().await {
                     if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event {
                         checks.event(&e);
@@ -125,7 +131,8 @@ impl Invariants {
 
     /// The checks of a settled state: each Deployment's template, the
     /// model's `status.manifestHash` and the ConfigMap the template reads
-    /// agree; `rollbackCount` is what the scenario caused.
+    /// agree; `rollbackCount` is the number of rollbacks (automatic and
+    /// manual) the scenario caused.
     pub async fn settled(&self, model: &str, rollbacks: i64) {
         let models: Api<OpenMedModel> = Api::namespaced(self.client.clone(), &self.namespace);
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -137,7 +144,7 @@ impl Invariants {
         let status = resource.status.clone().unwrap_or_default();
         if status.rollback_count.unwrap_or(0) != rollbacks {
             self.report(format!(
-                "rollbackCount is {:?}, but {rollbacks} rollouts failed",
+                "rollbackCount is {:?}, but {rollbacks} rollbacks were performed",
                 status.rollback_count
             ));
         }

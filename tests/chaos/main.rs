@@ -113,7 +113,16 @@ pub struct Outcome {
 
 pub type Scenario = fn(Mode, u64) -> Outcome;
 
+/// Scenarios that restart a control-plane component run alone: every other
+/// scenario's test client would see the outage too.
+static CONTROL_PLANE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 fn run(name: &str, scenario: Scenario) -> Result<(), String> {
+    let _turn = if name.starts_with("restart_") {
+        Ok(CONTROL_PLANE.write().unwrap_or_else(|e| e.into_inner()))
+    } else {
+        Err(CONTROL_PLANE.read().unwrap_or_else(|e| e.into_inner()))
+    };
     let mode = Mode::from_env();
     let base = base_seed();
     let mut failures = Vec::new();

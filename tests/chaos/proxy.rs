@@ -32,7 +32,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Body = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A request, as the rules see it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Call {
     /// get, list, watch, create, update, patch, delete, deletecollection.
     pub verb: String,
@@ -117,6 +117,9 @@ pub struct Match {
     pub name: Option<String>,
     /// Only writes (create, update, patch, delete).
     pub writes: bool,
+    /// Only requests whose User-Agent contains this (with leader election
+    /// it names the instance).
+    pub user_agent: Option<String>,
 }
 
 impl Match {
@@ -134,6 +137,10 @@ impl Match {
                 .as_ref()
                 .is_none_or(|n| call.name.as_ref() == Some(n))
             && (!self.writes || call.is_write())
+            && self
+                .user_agent
+                .as_ref()
+                .is_none_or(|ua| call.user_agent.contains(ua.as_str()))
     }
 }
 
@@ -241,6 +248,7 @@ pub struct Proxy {
     pub url: String,
     state: Arc<Mutex<State>>,
     cut: tokio::sync::watch::Sender<u64>,
+    partitioned: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -274,10 +282,12 @@ impl Proxy {
             rng: fastrand::Rng::with_seed(seed),
         }));
         let (cut, _) = tokio::sync::watch::channel(0u64);
+        let (partitioned, _) = tokio::sync::watch::channel(false);
         let shared = Shared {
             upstream,
             state: state.clone(),
             cut: cut.clone(),
+            partitioned: partitioned.clone(),
         };
         let task = tokio::spawn(async move {
             loop {
@@ -303,6 +313,7 @@ impl Proxy {
             url,
             state,
             cut,
+            partitioned,
             task,
         }
     }
@@ -335,6 +346,14 @@ impl Proxy {
         self.state.lock().unwrap().log.clone()
     }
 
+    /// A network partition between the operator and the API server, as
+    /// TCP sees one: while it lasts nothing gets through in either
+    /// direction (new requests wait, open watches deliver nothing); when it
+    /// heals, what waited is delivered late.
+    pub fn partition(&self, on: bool) {
+        self.partitioned.send_replace(on);
+    }
+
     /// Ends every watch open now (the client sees its stream break).
     pub fn cut_watches(&self) {
         self.cut.send_modify(|n| *n += 1);
@@ -362,6 +381,13 @@ struct Shared {
     upstream: kube::Client,
     state: Arc<Mutex<State>>,
     cut: tokio::sync::watch::Sender<u64>,
+    partitioned: tokio::sync::watch::Sender<bool>,
+}
+
+/// Waits while the partition lasts.
+async fn through(partitioned: &tokio::sync::watch::Sender<bool>) {
+    let mut rx = partitioned.subscribe();
+    let _ = rx.wait_for(|on| !*on).await;
 }
 
 impl Shared {
@@ -394,6 +420,7 @@ impl Shared {
     }
 
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        through(&self.partitioned).await;
         let call = Call::parse(&request);
         let fault = self.fault_for(&call);
         match &fault {
@@ -453,13 +480,16 @@ impl Shared {
     ) -> Response<Body> {
         let (parts, body) = answer.into_parts();
         let cut = self.cut.subscribe();
+        let partitioned = self.partitioned.clone();
         let deadline = after.map(|d| tokio::time::Instant::now() + d);
         let stream = futures::stream::unfold((body, false), move |(mut body, done)| {
             let mut cut = cut.clone();
+            let partitioned = partitioned.clone();
             async move {
                 if done {
                     return None;
                 }
+                through(&partitioned).await;
                 let cut_now = async {
                     match deadline {
                         Some(at) => tokio::select! {

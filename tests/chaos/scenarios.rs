@@ -16,43 +16,35 @@ use crate::stage::Stage;
 use crate::support::*;
 use crate::{Mode, Outcome, Scenario};
 
+/// Each scenario under its function's name.
+macro_rules! named {
+    ($($scenario:ident),* $(,)?) => {
+        vec![$((stringify!($scenario), $scenario as Scenario)),*]
+    };
+}
+
 pub fn all() -> Vec<(&'static str, Scenario)> {
-    vec![
-        ("crash_sweep_rollout", crash_sweep_rollout),
-        (
-            "crash_sweep_automatic_rollback",
-            crash_sweep_automatic_rollback,
-        ),
-        ("crash_sweep_manual_rollback", crash_sweep_manual_rollback),
-        (
-            "persistent_status_conflicts_back_off",
-            persistent_status_conflicts_back_off,
-        ),
-        ("random_server_errors", random_server_errors),
-        (
-            "errors_after_the_write_committed",
-            errors_after_the_write_committed,
-        ),
-        (
-            "cut_watches_and_expired_resource_versions",
-            cut_watches_and_expired_resource_versions,
-        ),
-        (
-            "two_instances_with_leader_election",
-            two_instances_with_leader_election,
-        ),
-        (
-            "two_instances_without_leader_election",
-            two_instances_without_leader_election,
-        ),
-        (
-            "a_foreign_namespace_is_never_written",
-            a_foreign_namespace_is_never_written,
-        ),
-        (
-            "rivals_created_and_deleted_within_a_second",
-            rivals_created_and_deleted_within_a_second,
-        ),
+    named![
+        crash_sweep_rollout,
+        crash_sweep_automatic_rollback,
+        crash_sweep_manual_rollback,
+        crash_sweep_config_map_rename,
+        crash_sweep_deletion,
+        random_kills,
+        persistent_status_conflicts_back_off,
+        random_server_errors,
+        errors_after_the_write_committed,
+        cut_watches_and_expired_resource_versions,
+        a_partition_from_the_api_server_heals,
+        operator_clock_ahead_and_behind,
+        two_instances_with_leader_election,
+        two_instances_without_leader_election,
+        a_leader_that_cannot_renew_stops_writing,
+        a_foreign_namespace_is_never_written,
+        rivals_created_and_deleted_within_a_second,
+        restart_kube_apiserver_mid_rollout,
+        restart_etcd_mid_rollback,
+        restart_kube_controller_manager_mid_rollback,
     ]
 }
 
@@ -80,8 +72,8 @@ fn ready_with(s: &OpenMedModelStatus, version: &str) -> bool {
     s.phase == Some(Phase::Ready) && s.active_version.as_deref() == Some(version)
 }
 
-/// Waits until the operator has written nothing in the namespace for a
-/// second: the writes that follow a Ready status (the pointer, the events)
+/// Waits until the operator has written nothing in the namespace (but its
+/// Lease) for a second: the writes that follow a Ready status (the pointer, the events)
 /// have landed, so the next crash point counts from the next change.
 async fn quiet(stage: &Stage) {
     let namespace = stage.namespace();
@@ -94,7 +86,9 @@ async fn quiet(stage: &Stage) {
                 .log()
                 .into_iter()
                 .filter(|l| {
-                    l.call.is_write() && l.call.namespace.as_deref() == Some(namespace.as_str())
+                    l.call.is_write()
+                        && l.call.resource != "leases"
+                        && l.call.namespace.as_deref() == Some(namespace.as_str())
                 })
                 .map(|l| l.at)
                 .max();
@@ -120,6 +114,56 @@ enum Change {
     /// Back to the previous retained version by annotation (after a fresh
     /// rollout, so that each rollback is in a generation of its own).
     ManualRollback,
+}
+
+/// The points a crash sweep visits on one side (before or after the
+/// write): every index until one is not reached (full), else two seeded
+/// ones among the first eight.
+fn sweep_points(stage: &mut Stage, mode: Mode) -> Vec<u32> {
+    if mode.full {
+        return (0..64).collect();
+    }
+    let mut points: BTreeSet<u32> = BTreeSet::new();
+    while points.len() < 2 {
+        points.insert(stage.rng.u32(0..8));
+    }
+    points.into_iter().collect()
+}
+
+/// Installs the crash at write `k` (before or after it takes effect);
+/// returns the rule's index.
+fn arm_crash(stage: &Stage, k: u32, after: bool) -> usize {
+    let kill = stage.kill_hook();
+    let fault = if after {
+        Fault::HookAfter(kill)
+    } else {
+        Fault::HookBefore(kill)
+    };
+    stage
+        .proxy
+        .add(Rule::new(stage.writes(), fault).skip(k).times(1))
+}
+
+/// Records one crash point; returns whether the sweep on this side goes on.
+fn crash_point(
+    stage: &mut Stage,
+    outcome: &mut Outcome,
+    mode: Mode,
+    (rule, k, after): (usize, u32, bool),
+    took: Duration,
+) -> bool {
+    let fired = stage.proxy.applied()[rule] > 0;
+    stage.proxy.clear();
+    stage.revive();
+    outcome.points += 1;
+    outcome.converge.push(took);
+    eprintln!(
+        "  crash {} write {k}: {}, converged in {:.1} s",
+        if after { "after" } else { "before" },
+        if fired { "killed" } else { "not reached" },
+        took.as_secs_f64()
+    );
+    !(mode.full && !fired)
 }
 
 /// State the drivers share across changes.
@@ -163,7 +207,7 @@ impl Driver {
         match change {
             Change::Rollout => {
                 let version = self.version(stage, "good");
-                stage.env.set_spec(MODEL, json!({"version": version})).await;
+                new_version(stage, &version).await;
                 stage
                     .converge(MODEL, "the rollout", |s| ready_with(s, &version))
                     .await
@@ -181,7 +225,7 @@ impl Driver {
                     .insert(bad.clone());
                 let before = stage.env.status(MODEL).await;
                 let good = before.active_version.clone().unwrap_or_default();
-                stage.env.set_spec(MODEL, json!({"version": bad})).await;
+                new_version(stage, &bad).await;
                 self.rollbacks += 1;
                 let rollbacks = self.rollbacks;
                 stage
@@ -203,9 +247,13 @@ impl Driver {
                     .env
                     .annotate(MODEL, "openmed.ai/rollback-to", Some(&target))
                     .await;
+                // rollbackCount counts every rollback performed, manual too.
+                self.rollbacks += 1;
+                let rollbacks = self.rollbacks;
                 stage
                     .converge(MODEL, "the manual rollback", |s| {
-                        s.active_version.as_deref() == Some(target.as_str())
+                        s.rollback_count == Some(rollbacks)
+                            && s.active_version.as_deref() == Some(target.as_str())
                             && s.conditions
                                 .iter()
                                 .any(|c| c.type_ == "Ready" && c.reason == "ManualRollback")
@@ -215,6 +263,16 @@ impl Driver {
             }
         }
     }
+}
+
+/// A new `spec.version`, and no rollback annotation left from an earlier
+/// manual rollback (it would pin the rolled-back version).
+async fn new_version(stage: &Stage, version: &str) {
+    patch_model(
+        stage,
+        json!({"metadata": {"annotations": {"openmed.ai/rollback-to": null}}, "spec": {"version": version}}),
+    )
+    .await;
 }
 
 async fn patch_model(stage: &Stage, patch: serde_json::Value) {
@@ -242,43 +300,14 @@ fn crash_sweep(prefix: &str, change: Change, mode: Mode, seed: u64) -> Outcome {
         }
         let mut outcome = Outcome::default();
         for after in [false, true] {
-            // Bounded: two seeded points per side; full: every point until a
-            // change completes with fewer writes than k.
-            let sample: Vec<u32> = if mode.full {
-                (0..64).collect()
-            } else {
-                let mut points: BTreeSet<u32> = BTreeSet::new();
-                while points.len() < 2 {
-                    points.insert(stage.rng.u32(0..8));
-                }
-                points.into_iter().collect()
-            };
-            for k in sample {
+            for k in sweep_points(&mut stage, mode) {
                 driver.prepare(&mut stage, change).await;
-                let kill = stage.kill_hook();
-                let fault = if after {
-                    Fault::HookAfter(kill)
-                } else {
-                    Fault::HookBefore(kill)
-                };
-                let rule = stage
-                    .proxy
-                    .add(Rule::new(stage.writes(), fault).skip(k).times(1));
+                let rule = arm_crash(&stage, k, after);
                 let took = driver.change(&mut stage, change).await;
-                let fired = stage.proxy.applied()[rule] > 0;
-                stage.proxy.clear();
-                stage.revive();
+                let more = crash_point(&mut stage, &mut outcome, mode, (rule, k, after), took);
                 quiet(&stage).await;
                 stage.invariants.settled(MODEL, driver.rollbacks).await;
-                outcome.points += 1;
-                outcome.converge.push(took);
-                eprintln!(
-                    "  crash {} write {k}: {}, converged in {:.1} s",
-                    if after { "after" } else { "before" },
-                    if fired { "killed" } else { "not reached" },
-                    took.as_secs_f64()
-                );
-                if mode.full && !fired {
+                if !more {
                     break;
                 }
             }
@@ -298,6 +327,128 @@ fn crash_sweep_automatic_rollback(mode: Mode, seed: u64) -> Outcome {
 
 fn crash_sweep_manual_rollback(mode: Mode, seed: u64) -> Outcome {
     crash_sweep("crash-manualrb", Change::ManualRollback, mode, seed)
+}
+
+/// The sweep over a rename of `spec.manifestConfigMapName`: no pod may
+/// ever lose its ConfigMap.
+fn crash_sweep_config_map_rename(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("crash-rename", seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        let mut outcome = Outcome::default();
+        let mut n = 0;
+        for after in [false, true] {
+            for k in sweep_points(&mut stage, mode) {
+                n += 1;
+                let pointer = format!("models-{n}");
+                let rule = arm_crash(&stage, k, after);
+                stage
+                    .env
+                    .set_spec(MODEL, json!({"manifestConfigMapName": pointer}))
+                    .await;
+                let namespace = stage.namespace();
+                let took = stage
+                    .until("the rename", |client| {
+                        let (namespace, pointer) = (namespace.clone(), pointer.clone());
+                        async move { template_reads(&client, &namespace, &pointer).await }
+                    })
+                    .await;
+                let more = crash_point(&mut stage, &mut outcome, mode, (rule, k, after), took);
+                quiet(&stage).await;
+                stage.invariants.settled(MODEL, 0).await;
+                if !more {
+                    break;
+                }
+            }
+        }
+        outcome.violations = stage.finish().await;
+        outcome
+    })
+}
+
+/// The sweep over a deletion: afterwards no Deployment reads a missing
+/// ConfigMap or names a missing owner, and nothing managed is left.
+fn crash_sweep_deletion(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("crash-delete", seed, &[]).await;
+        let mut driver = Driver::new();
+        stage
+            .env
+            .apply(&deployment_yaml(MODEL, "openmed-service", "boot"))
+            .await;
+        let mut outcome = Outcome::default();
+        for after in [false, true] {
+            for k in sweep_points(&mut stage, mode) {
+                let version = driver.version(&stage, "good");
+                stage
+                    .env
+                    .apply(&model_yaml(MODEL, &version, DEADLINE))
+                    .await;
+                stage
+                    .converge(MODEL, "the model before its deletion", |s| {
+                        ready_with(s, &version)
+                    })
+                    .await;
+                quiet(&stage).await;
+                let rule = arm_crash(&stage, k, after);
+                stage
+                    .env
+                    .models()
+                    .delete(MODEL, &DeleteParams::default())
+                    .await
+                    .unwrap();
+                let namespace = stage.namespace();
+                let took = stage
+                    .until("the deletion", |client| {
+                        let namespace = namespace.clone();
+                        async move { deleted(&client, &namespace).await }
+                    })
+                    .await;
+                let more = crash_point(&mut stage, &mut outcome, mode, (rule, k, after), took);
+                quiet(&stage).await;
+                stage.invariants.released().await;
+                if !more {
+                    break;
+                }
+            }
+        }
+        outcome.violations = stage.finish().await;
+        outcome
+    })
+}
+
+/// Whether the target's template reads a snapshot of `pointer`.
+async fn template_reads(client: &kube::Client, namespace: &str, pointer: &str) -> bool {
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), namespace);
+    let Ok(deployment) = deployments.get(MODEL).await else {
+        return false;
+    };
+    let value = serde_json::to_value(&deployment).unwrap();
+    value["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["env"].as_array().cloned().unwrap_or_default())
+        .filter_map(|e| {
+            e["valueFrom"]["configMapKeyRef"]["name"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .any(|name| name.starts_with(&format!("{pointer}-")))
+}
+
+/// The model is gone and so is every ConfigMap the operator managed.
+async fn deleted(client: &kube::Client, namespace: &str) -> bool {
+    let models: Api<OpenMedModel> = Api::namespaced(client.clone(), namespace);
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), namespace);
+    let managed =
+        kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=openmed-operator");
+    matches!(models.get_opt(MODEL).await, Ok(None))
+        && cms.list(&managed).await.is_ok_and(|l| l.items.is_empty())
 }
 
 /// Drives a seeded mix of rollouts and rollbacks under the faults already
@@ -339,19 +490,30 @@ fn persistent_status_conflicts_back_off(mode: Mode, seed: u64) -> Outcome {
             .add(Rule::new(status_writes.clone(), Fault::Fail(409)));
         let version = driver.version(&stage, "good");
         stage.env.set_spec(MODEL, json!({"version": version})).await;
-        // Long enough for the spacing to reach 8 s (16 s in the full run).
-        let attempts = if mode.full { 6 } else { 5 };
+        // Long enough for the spacing to reach 8 s (32 s in the full run).
+        let attempts = if mode.full { 7 } else { 5 };
         let log = wait_for(
             "the retries to spread out",
-            Duration::from_secs(90),
+            Duration::from_secs(120),
             || async {
-                let hits: Vec<Instant> = stage
+                // One reconcile writes the status twice (its decision, then
+                // the error report in the Reconciling condition): requests
+                // within half a second are one attempt.
+                let mut hits: Vec<Instant> = Vec::new();
+                for at in stage
                     .proxy
                     .log()
                     .into_iter()
                     .filter(|l| status_writes.matches(&l.call) && l.fault.is_some())
                     .map(|l| l.at)
-                    .collect();
+                {
+                    if hits
+                        .last()
+                        .is_none_or(|last| at - *last > Duration::from_millis(500))
+                    {
+                        hits.push(at);
+                    }
+                }
                 if hits.len() >= attempts {
                     Some(hits)
                 } else {
@@ -367,11 +529,11 @@ fn persistent_status_conflicts_back_off(mode: Mode, seed: u64) -> Outcome {
             .collect();
         let mut outcome = Outcome::default();
         eprintln!("  spacing of the refused status writes: {gaps:.1?} s");
-        // Each retry waits at least as long as the one before (backoff
-        // doubles; a watch event may bring one forward, never shorten the
-        // trend), and the last gap has grown well past the first.
-        let last = *gaps.last().unwrap();
-        if last < 3.5 * gaps[0].max(0.5) {
+        // Backoff doubles from 1 s: each gap at least as long as the one
+        // before (with a little slack for scheduling), and the last one
+        // has grown to at least 8 s.
+        let grows = gaps.windows(2).all(|w| w[1] >= w[0] * 0.9);
+        if !grows || *gaps.last().unwrap() < 7.5 {
             outcome
                 .violations
                 .push(format!("the retries did not spread out: {gaps:.1?} s"));
@@ -706,4 +868,373 @@ fn rivals_created_and_deleted_within_a_second(mode: Mode, seed: u64) -> Outcome 
         outcome.violations = stage.finish().await;
         outcome
     })
+}
+
+/// The fence: the leader's Lease renewals (and reads) are blackholed. It
+/// must stop writing before its renew deadline has passed since its last
+/// renewal, exit with 1, and the other instance take over; no write of the
+/// deposed leader may land after the new leader's first.
+fn a_leader_that_cannot_renew_stops_writing(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("fence", seed, ELECT).await;
+        grant_lease(&stage).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        let namespace = stage.namespace();
+        let args: Vec<String> = ELECT
+            .iter()
+            .map(|a| a.replace("{ns}", &namespace))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut second =
+            Operator::start_instance_with(&stage.kubeconfig, &namespace, "second", &args);
+        wait_for("the follower's /readyz", Duration::from_secs(60), || {
+            http_get(&second.addr, "/readyz")
+        })
+        .await;
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(stage.env.client.clone(), &namespace);
+        let holder = leases
+            .get("openmed-operator")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity
+            .unwrap();
+        // Cut the leader off from its Lease, then give it work to do.
+        stage.proxy.add(Rule::new(
+            Match {
+                resource: Some("leases".into()),
+                user_agent: Some(holder.clone()),
+                ..Match::default()
+            },
+            Fault::Blackhole,
+        ));
+        let cut_at = Instant::now();
+        let mut outcome = Outcome::default();
+        let min_rounds = if mode.full { 4 } else { 2 };
+        // Changes, one after the other, until the deposed leader has exited
+        // and a change has completed after that (under its successor).
+        let mut exited: Option<i32> = None;
+        let mut rounds = 0;
+        let begun = Instant::now();
+        loop {
+            rounds += 1;
+            let version = driver.version(&stage, "good");
+            new_version(&stage, &version).await;
+            let started = Instant::now();
+            let exited_before = exited.is_some();
+            loop {
+                if exited.is_none() {
+                    exited = stage.env.operator.exit_code();
+                }
+                if ready_with(&stage.env.status(MODEL).await, &version) {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "the rollout to {version} under either leader"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if exited_before && rounds >= min_rounds {
+                break;
+            }
+            assert!(
+                begun.elapsed() < Duration::from_secs(90),
+                "the deposed leader never exited"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let started = Instant::now();
+        while exited.is_none() && started.elapsed() < Duration::from_secs(60) {
+            exited = stage.env.operator.exit_code();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if exited != Some(1) {
+            outcome
+                .violations
+                .push(format!("the deposed leader's exit: {exited:?}, not 1"));
+        }
+        quiet(&stage).await;
+        // The deposed leader's last renewal, its last other write, and the
+        // successor's first write.
+        let log = stage.proxy.log();
+        let renew_deadline = Duration::from_secs(3);
+        let last_renewal = log
+            .iter()
+            .filter(|l| {
+                l.call.user_agent.contains(&holder)
+                    && l.call.resource == "leases"
+                    && l.call.verb == "update"
+                    && l.fault.is_none()
+            })
+            .map(|l| l.at)
+            .max()
+            .unwrap_or(cut_at);
+        let (namespace, holder) = (namespace.as_str(), holder.as_str());
+        let writes = |of_holder: bool| {
+            log.iter()
+                .filter(move |l| {
+                    l.call.is_write()
+                        && l.call.resource != "leases"
+                        && l.call.namespace.as_deref() == Some(namespace)
+                        && l.call.user_agent.contains(holder) == of_holder
+                        && l.at > cut_at
+                })
+                .map(|l| l.at)
+        };
+        let last_old = writes(true).max();
+        let first_new = writes(false).min();
+        if let Some(last) = last_old {
+            if last > last_renewal + renew_deadline {
+                outcome.violations.push(format!(
+                    "the deposed leader wrote {:.2} s after its last renewal (renew deadline {renew_deadline:?})",
+                    (last - last_renewal).as_secs_f64()
+                ));
+            }
+            if let Some(first) = first_new
+                && last > first
+            {
+                outcome
+                    .violations
+                    .push("the deposed leader wrote after its successor had begun".into());
+            }
+        }
+        match first_new {
+            Some(first) => {
+                eprintln!(
+                    "  last renewal → successor's first write: {:.2} s",
+                    (first - last_renewal).as_secs_f64()
+                );
+                outcome.converge.push(first - last_renewal);
+            }
+            None => outcome
+                .violations
+                .push("the other instance never wrote".into()),
+        }
+        stage.proxy.clear();
+        second.kill();
+        outcome.points = rounds;
+        outcome.violations.extend(stage.finish().await);
+        outcome
+    })
+}
+
+/// The operator SIGKILLed at seeded random moments (every 0.3 to 3 s)
+/// while a mix of changes runs.
+fn random_kills(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("randomkill", seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        let kill = stage.kill_hook();
+        let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed);
+        let killer = tokio::spawn(async move {
+            let mut kills = 0u32;
+            loop {
+                tokio::time::sleep(Duration::from_millis(rng.u64(300..3000))).await;
+                kill(&crate::proxy::Call::default());
+                kills += 1;
+                if kills > 1000 {
+                    break;
+                }
+            }
+        });
+        let mut outcome = Outcome::default();
+        outcome.converge = drive(&mut stage, &mut driver, changes(mode) * 2).await;
+        killer.abort();
+        stage.revive();
+        quiet(&stage).await;
+        stage.invariants.settled(MODEL, driver.rollbacks).await;
+        outcome.points = stage.restarts;
+        eprintln!("  restarts after random kills: {}", stage.restarts);
+        outcome.violations = stage.finish().await;
+        outcome
+    })
+}
+
+/// No connection to the API server for a while (20 s; 2 min in the full
+/// run), during a rollout that fails its deadline: after the partition
+/// heals, the rollback starts within the deadline plus 30 s.
+fn a_partition_from_the_api_server_heals(mode: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("partition", seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        let bad = driver.version(&stage, "bad");
+        mark_unready(&stage.env.client, &[&bad]).await;
+        stage
+            .invariants
+            .expect
+            .unready
+            .lock()
+            .unwrap()
+            .insert(bad.clone());
+        stage.env.set_spec(MODEL, json!({"version": bad})).await;
+        // Let the rollout begin, then cut the operator off.
+        let bad_clone = bad.clone();
+        stage
+            .converge(MODEL, "the rollout to begin", |s| {
+                s.desired_version.as_deref() == Some(bad_clone.as_str())
+            })
+            .await;
+        stage.proxy.partition(true);
+        let length = Duration::from_secs(if mode.full { 120 } else { 20 });
+        tokio::time::sleep(length).await; // the fault: how long the partition lasts
+        stage.proxy.partition(false);
+        let healed = Instant::now();
+        let (_, took) = stage
+            .converge(MODEL, "the rollback after the partition", |s| {
+                s.rollback_request
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with("automatic:"))
+            })
+            .await;
+        let mut outcome = Outcome::default();
+        let bound = Duration::from_secs(4 + 30);
+        eprintln!(
+            "  partition of {length:?} healed; rollback started {:.1} s later",
+            took.as_secs_f64()
+        );
+        if healed.elapsed() > bound && took > bound {
+            outcome.violations.push(format!(
+                "the rollback started {:.1} s after the partition healed (bound: deadline + 30 s = {bound:?})",
+                took.as_secs_f64()
+            ));
+        }
+        outcome.converge.push(took);
+        driver.rollbacks += 1;
+        let rollbacks = driver.rollbacks;
+        stage
+            .converge(MODEL, "the rollback to finish", |s| {
+                s.phase == Some(Phase::RolledBack) && s.rollback_count == Some(rollbacks)
+            })
+            .await;
+        quiet(&stage).await;
+        stage.invariants.settled(MODEL, driver.rollbacks).await;
+        outcome.points = 1;
+        outcome.violations.extend(stage.finish().await);
+        outcome
+    })
+}
+
+/// The operator's wall clock 2 s ahead of, then behind, the API server's
+/// (libfaketime; the monotonic clock is left alone), through rollouts and
+/// automatic rollbacks: deadlines are judged on the server's clock, so no
+/// false RollbackFailed and no rollback counted twice.
+fn operator_clock_ahead_and_behind(mode: Mode, seed: u64) -> Outcome {
+    let mut outcome = Outcome::default();
+    for skew in ["+2s", "-2s"] {
+        let run = block_on(async {
+            let vars = [
+                ("LD_PRELOAD", libfaketime()),
+                ("FAKETIME", skew),
+                ("DONT_FAKE_MONOTONIC", "1"),
+            ];
+            let mut stage = Stage::with_env("skew", seed, &[], &vars).await;
+            let mut driver = Driver::new();
+            let first = driver.version(&stage, "good");
+            set_up(&mut stage, &first).await;
+            let mut outcome = Outcome::default();
+            for change in [
+                Change::Rollout,
+                Change::AutomaticRollback,
+                Change::Rollout,
+                Change::AutomaticRollback,
+            ]
+            .into_iter()
+            .take(if mode.full { 4 } else { 2 })
+            {
+                driver.prepare(&mut stage, change).await;
+                outcome
+                    .converge
+                    .push(driver.change(&mut stage, change).await);
+            }
+            quiet(&stage).await;
+            stage.invariants.settled(MODEL, driver.rollbacks).await;
+            outcome.points = outcome.converge.len() as u32;
+            outcome.violations = stage
+                .finish()
+                .await
+                .into_iter()
+                .map(|v| format!("clock {skew}: {v}"))
+                .collect();
+            outcome
+        });
+        outcome.points += run.points;
+        outcome.converge.extend(run.converge);
+        outcome.violations.extend(run.violations);
+    }
+    outcome
+}
+
+/// Debian's libfaketime (the `faketime` package).
+fn libfaketime() -> &'static str {
+    const CANDIDATES: [&str; 2] = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    ];
+    CANDIDATES
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("libfaketime (apt-get install faketime; .ci/run installs it)")
+}
+
+/// A control-plane component SIGKILLed during a change, down for two
+/// seconds, then started again (tests/cluster/restart).
+fn restart_mid_change(prefix: &str, component: &str, change: Change, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new(prefix, seed, &[]).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        driver.prepare(&mut stage, change).await;
+        let component = component.to_owned();
+        let restart = tokio::task::spawn_blocking(move || {
+            // A moment into the change.
+            std::thread::sleep(Duration::from_millis(300));
+            let out = std::process::Command::new(root().join("tests/cluster/restart"))
+                .args(["--down", "2", &component, cluster_dir().to_str().unwrap()])
+                .output()
+                .expect("tests/cluster/restart runs");
+            assert!(
+                out.status.success(),
+                "tests/cluster/restart {component}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        });
+        let took = driver.change(&mut stage, change).await;
+        restart.await.unwrap();
+        quiet(&stage).await;
+        stage.invariants.settled(MODEL, driver.rollbacks).await;
+        let mut outcome = Outcome {
+            converge: vec![took],
+            points: 1,
+            ..Outcome::default()
+        };
+        outcome.violations = stage.finish().await;
+        outcome
+    })
+}
+
+fn restart_kube_apiserver_mid_rollout(_: Mode, seed: u64) -> Outcome {
+    restart_mid_change("restart-apiserver", "kube-apiserver", Change::Rollout, seed)
+}
+
+fn restart_etcd_mid_rollback(_: Mode, seed: u64) -> Outcome {
+    restart_mid_change("restart-etcd", "etcd", Change::AutomaticRollback, seed)
+}
+
+fn restart_kube_controller_manager_mid_rollback(_: Mode, seed: u64) -> Outcome {
+    restart_mid_change(
+        "restart-kcm",
+        "kube-controller-manager",
+        Change::AutomaticRollback,
+        seed,
+    )
 }

@@ -97,6 +97,8 @@ cluster_launch() {
 	) </dev/null >>"$log_file" 2>&1 &
 	pid=$!
 	echo "$pid" >"$DIR/pids/$name.pid"
+	# The command line, so `restart` can start the same process again.
+	printf '%s\0' "$@" >"$DIR/pids/$name.cmd"
 	deadline=$((SECONDS + 60))
 	while exe="$(_pid_exe "$pid")"; do
 		[ "$(basename "$exe")" != "$name" ] || return 0

@@ -368,6 +368,8 @@ pub async fn mark_unready(client: &Client, versions: &[&str]) {
 /// The operator, running as a real process against the test cluster.
 pub struct Operator {
     child: Child,
+    /// Extra environment variables, kept for a restart.
+    env: Vec<(String, String)>,
     /// Its log file.
     pub log: PathBuf,
     /// Its `/metrics` and `/healthz` address.
@@ -455,7 +457,43 @@ impl Operator {
         Self::spawn(run_args(namespace, extra), kubeconfig.to_path_buf(), log)
     }
 
-    fn spawn(mut args: Vec<String>, kubeconfig: PathBuf, log: PathBuf) -> Self {
+    /// [`Operator::start_with`], with extra environment variables (the
+    /// chaos suite skews its clock through libfaketime).
+    #[allow(dead_code)] // the chaos suite
+    pub fn start_with_env(
+        kubeconfig: &Path,
+        namespace: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let log = cluster_dir()
+            .join("logs")
+            .join(format!("operator-{namespace}.log"));
+        let mut operator = Self::spawn_env(
+            run_args(namespace, extra),
+            kubeconfig.to_path_buf(),
+            log,
+            env.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        operator.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        operator
+    }
+
+    fn spawn(args: Vec<String>, kubeconfig: PathBuf, log: PathBuf) -> Self {
+        Self::spawn_env(args, kubeconfig, log, Vec::new())
+    }
+
+    fn spawn_env(
+        mut args: Vec<String>,
+        kubeconfig: PathBuf,
+        log: PathBuf,
+        env: Vec<(String, String)>,
+    ) -> Self {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
         args.retain(|a| !a.starts_with("--listen="));
@@ -471,6 +509,7 @@ impl Operator {
             .args(&full)
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info,openmed_op=debug")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -482,6 +521,7 @@ impl Operator {
             addr,
             args,
             kubeconfig,
+            env,
         }
     }
 
@@ -497,6 +537,13 @@ impl Operator {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
+    /// Its exit code, once it has exited by itself (`None` while it runs,
+    /// or when a signal ended it).
+    #[allow(dead_code)] // the chaos suite
+    pub fn exit_code(&mut self) -> Option<i32> {
+        self.child.try_wait().ok().flatten()?.code()
+    }
+
     /// Kills it at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -506,7 +553,12 @@ impl Operator {
     /// Starts it again with the same arguments.
     pub fn restart(&mut self) {
         self.kill();
-        *self = Self::spawn(self.args.clone(), self.kubeconfig.clone(), self.log.clone());
+        *self = Self::spawn_env(
+            self.args.clone(),
+            self.kubeconfig.clone(),
+            self.log.clone(),
+            self.env.clone(),
+        );
     }
 
     /// Sends SIGTERM and waits for a clean exit; returns the exit code.
