@@ -354,9 +354,10 @@ impl Proxy {
         self.partitioned.send_replace(on);
     }
 
-    /// Ends every watch open now (the client sees its stream break).
-    pub fn cut_watches(&self) {
-        self.cut.send_modify(|n| *n += 1);
+    /// A handle that ends every watch open at the moment it is used (the
+    /// client sees its stream break), for a task of its own.
+    pub fn resetter(&self) -> Resetter {
+        Resetter(self.cut.clone())
     }
 
     /// A kubeconfig like `base` (a path) but pointing at the proxy.
@@ -367,6 +368,15 @@ impl Proxy {
             cluster["cluster"]["server"] = serde_json::Value::String(self.url.clone());
         }
         std::fs::write(out, serde_yaml::to_string(&config).unwrap()).unwrap();
+    }
+}
+
+/// See [`Proxy::resetter`].
+pub struct Resetter(tokio::sync::watch::Sender<u64>);
+
+impl Resetter {
+    pub fn cut_watches(&self) {
+        self.0.send_modify(|n| *n += 1);
     }
 }
 

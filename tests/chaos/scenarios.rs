@@ -163,7 +163,7 @@ fn crash_point(
         if fired { "killed" } else { "not reached" },
         took.as_secs_f64()
     );
-    !(mode.full && !fired)
+    !mode.full || fired
 }
 
 /// State the drivers share across changes.
@@ -561,6 +561,18 @@ fn random_server_errors(mode: Mode, seed: u64) -> Outcome {
         let mut driver = Driver::new();
         let first = driver.version(&stage, "good");
         set_up(&mut stage, &first).await;
+        // Slow answers too: 10 % wait up to two seconds.
+        let delay = Duration::from_millis(stage.rng.u64(100..2000));
+        stage.proxy.add(
+            Rule::new(
+                Match {
+                    namespace: Some(stage.namespace()),
+                    ..Match::default()
+                },
+                Fault::Delay(delay),
+            )
+            .probability(0.1),
+        );
         for status in [500, 503, 504] {
             stage.proxy.add(
                 Rule::new(
@@ -574,8 +586,10 @@ fn random_server_errors(mode: Mode, seed: u64) -> Outcome {
                 .probability(0.07),
             );
         }
-        let mut outcome = Outcome::default();
-        outcome.converge = drive(&mut stage, &mut driver, changes(mode)).await;
+        let mut outcome = Outcome {
+            converge: drive(&mut stage, &mut driver, changes(mode)).await,
+            ..Outcome::default()
+        };
         outcome.points = stage.proxy.applied().iter().sum();
         stage.proxy.clear();
         quiet(&stage).await;
@@ -595,8 +609,10 @@ fn errors_after_the_write_committed(mode: Mode, seed: u64) -> Outcome {
         stage
             .proxy
             .add(Rule::new(stage.writes(), Fault::FailAfter(504)).probability(0.3));
-        let mut outcome = Outcome::default();
-        outcome.converge = drive(&mut stage, &mut driver, changes(mode)).await;
+        let mut outcome = Outcome {
+            converge: drive(&mut stage, &mut driver, changes(mode)).await,
+            ..Outcome::default()
+        };
         outcome.points = stage.proxy.applied().iter().sum();
         stage.proxy.clear();
         quiet(&stage).await;
@@ -622,8 +638,22 @@ fn cut_watches_and_expired_resource_versions(mode: Mode, seed: u64) -> Outcome {
             .add(Rule::new(watches.clone(), Fault::Gone).probability(0.3));
         let cut = Duration::from_millis(500 + stage.rng.u64(0..2500));
         stage.proxy.add(Rule::new(watches, Fault::CutWatch(cut)));
-        let mut outcome = Outcome::default();
-        outcome.converge = drive(&mut stage, &mut driver, changes(mode)).await;
+        // And every watch at once, now and then (a load balancer's reset).
+        let resets = {
+            let proxy = stage.proxy.resetter();
+            let mut rng = fastrand::Rng::with_seed(seed ^ 0x7a7c);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(rng.u64(1000..5000))).await;
+                    proxy.cut_watches();
+                }
+            })
+        };
+        let mut outcome = Outcome {
+            converge: drive(&mut stage, &mut driver, changes(mode)).await,
+            ..Outcome::default()
+        };
+        resets.abort();
         outcome.points = stage.proxy.applied().iter().sum();
         stage.proxy.clear();
         quiet(&stage).await;
@@ -793,8 +823,10 @@ fn a_foreign_namespace_is_never_written(mode: Mode, seed: u64) -> Outcome {
         let mut driver = Driver::new();
         let first = driver.version(&stage, "good");
         set_up(&mut stage, &first).await;
-        let mut outcome = Outcome::default();
-        outcome.converge = drive(&mut stage, &mut driver, changes(mode)).await;
+        let mut outcome = Outcome {
+            converge: drive(&mut stage, &mut driver, changes(mode)).await,
+            ..Outcome::default()
+        };
         quiet(&stage).await;
         let foreign: Vec<String> = stage
             .proxy
@@ -1044,8 +1076,10 @@ fn random_kills(mode: Mode, seed: u64) -> Outcome {
                 }
             }
         });
-        let mut outcome = Outcome::default();
-        outcome.converge = drive(&mut stage, &mut driver, changes(mode) * 2).await;
+        let mut outcome = Outcome {
+            converge: drive(&mut stage, &mut driver, changes(mode) * 2).await,
+            ..Outcome::default()
+        };
         killer.abort();
         stage.revive();
         quiet(&stage).await;
