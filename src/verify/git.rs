@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use git2::{Commit, DiffOptions, ObjectType, Oid, Repository, Tree, TreeWalkMode, TreeWalkResult};
+use git2::{Commit, DiffOptions, ObjectType, Oid, Repository, Tree};
 
 use super::history::{Entry, VersionHistory};
 
@@ -118,19 +118,31 @@ pub fn worktree_base(repo: &Repository) -> BaseChoice {
 
 /// Every blob of `tree` whose path `keep` accepts, as (path, blob id),
 /// sorted by path.
-pub fn files(tree: &Tree, keep: &dyn Fn(&str) -> bool) -> Result<Vec<(String, Oid)>, git2::Error> {
+///
+/// The walk is its own (a stack, not recursion), because a pull request
+/// can hold anything: a name that is not UTF-8 is still a file GitOps tools
+/// apply, so it is checked under its lossy spelling rather than skipped or
+/// allowed to stop the walk; a tree thousands of levels deep does not
+/// exhaust the stack; submodules (commits) are not followed.
+pub fn files(
+    repo: &Repository,
+    tree: &Tree,
+    keep: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(String, Oid)>, git2::Error> {
     let mut files = Vec::new();
-    tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
-        if entry.kind() == Some(ObjectType::Blob)
-            && let Ok(name) = entry.name()
-        {
-            let path = format!("{dir}{name}");
-            if keep(&path) {
-                files.push((path, entry.id()));
+    let mut pending = vec![(String::new(), tree.clone())];
+    while let Some((dir, tree)) = pending.pop() {
+        for entry in tree.iter() {
+            let path = format!("{dir}{}", String::from_utf8_lossy(entry.name_bytes()));
+            match entry.kind() {
+                Some(ObjectType::Blob) if keep(&path) => files.push((path, entry.id())),
+                Some(ObjectType::Tree) => {
+                    pending.push((format!("{path}/"), repo.find_tree(entry.id())?))
+                }
+                _ => {}
             }
         }
-        TreeWalkResult::Ok
-    })?;
+    }
     files.sort();
     Ok(files)
 }

@@ -179,7 +179,7 @@ pub fn verify(options: &Options) -> Result<Report, UsageError> {
         let spec = options.rev.as_deref().unwrap_or("HEAD");
         let rev = git::commit(&repo, spec).map_err(|e| unknown("--rev", spec, &e))?;
         let mut files = Vec::new();
-        for (path, oid) in git::files(&rev.tree()?, &keep)? {
+        for (path, oid) in git::files(&repo, &rev.tree()?, &keep)? {
             files.push((path, Some(oid), git::blob(&repo, oid)?));
         }
         let base = match &options.base {
@@ -207,7 +207,7 @@ pub fn verify(options: &Options) -> Result<Report, UsageError> {
     let base_commit = base_choice.oid().map(|o| repo.find_commit(o)).transpose()?;
     let mut base_files: Vec<(String, Vec<Document>)> = Vec::new();
     if let Some(base) = &base_commit {
-        for (path, oid) in git::files(&base.tree()?, &keep)? {
+        for (path, oid) in git::files(&repo, &base.tree()?, &keep)? {
             let docs = match parsed.get(&path) {
                 Some(p) if p.oid == Some(oid) => p.docs.clone(),
                 _ => parse_file(&path, &git::blob(&repo, oid)?, None),
