@@ -17,12 +17,16 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use openmed_op::api::OpenMedModel;
 use openmed_op::api::names::{
     MANIFEST_KEY, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION, PRELOAD_ENV,
 };
+use openmed_op::api::{OpenMedModel, Phase};
 use openmed_op::plan::canonical::{sha256_tag, to_canonical_json};
 use openmed_op::plan::snapshot_suffix;
+
+/// How long a settled check waits for the status to catch up with a change
+/// that has converged (the template moves first, the status follows).
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Lifecycle events that a decision emits once: a second copy is a
 /// duplicate (two writers, or a retried pass that emitted again).
@@ -137,9 +141,38 @@ impl Invariants {
         let models: Api<OpenMedModel> = Api::namespaced(self.client.clone(), &self.namespace);
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.namespace);
         let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
-        let Ok(resource) = models.get(model).await else {
-            self.report(format!("{model} is gone"));
-            return;
+        // Settled: the status is of the current generation, Ready or
+        // RolledBack, and the rollout it reports has finished (a rename,
+        // for one, moves the template before the status follows).
+        let started = std::time::Instant::now();
+        let resource = loop {
+            let Ok(resource) = models.get(model).await else {
+                self.report(format!("{model} is gone"));
+                return;
+            };
+            let status = resource.status.clone().unwrap_or_default();
+            let current = status.observed_generation == resource.metadata.generation;
+            let at_rest = matches!(status.phase, Some(Phase::Ready | Phase::RolledBack));
+            let target = resource
+                .spec
+                .target_ref
+                .name
+                .clone()
+                .unwrap_or_else(|| model.to_owned());
+            let template = deployments.get(&target).await.ok().and_then(|d| {
+                d.spec?
+                    .template
+                    .metadata?
+                    .labels?
+                    .get(MANIFEST_SNAPSHOT_LABEL)
+                    .cloned()
+            });
+            let agrees =
+                template.as_deref() == status.manifest_hash.as_deref().map(snapshot_suffix);
+            if (current && at_rest && agrees) || started.elapsed() > SETTLE {
+                break resource;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         };
         let status = resource.status.clone().unwrap_or_default();
         if status.rollback_count.unwrap_or(0) != rollbacks {
@@ -216,7 +249,11 @@ impl Invariants {
     }
 
     pub fn report(&self, violation: String) {
-        report(&self.violations, &self.expect, violation);
+        report(
+            &self.violations,
+            &self.expect,
+            format!("{}: {violation}", self.namespace),
+        );
     }
 }
 
@@ -252,7 +289,11 @@ struct Checks {
 
 impl Checks {
     fn report(&self, violation: String) {
-        report(&self.violations, &self.expect, violation);
+        report(
+            &self.violations,
+            &self.expect,
+            format!("{}: {violation}", self.namespace),
+        );
     }
 
     /// No pod fails on its configuration, and every pod reads the manifest
