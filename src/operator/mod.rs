@@ -117,10 +117,14 @@ pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         None => Fence::always_open(),
         Some(_) => Fence::default(),
     });
-    // Every write of a reconcile goes through the fence.
-    let client = ClientBuilder::try_from(config)?
-        .with_layer(&FenceLayer(fence.clone()))
-        .build();
+    // With leader election, every write of a reconcile goes through the
+    // fence.
+    let client = match options.leader_election {
+        None => Client::try_from(config)?,
+        Some(_) => ClientBuilder::try_from(config)?
+            .with_layer(&FenceLayer(fence.clone()))
+            .build(),
+    };
     let metrics = Arc::new(Metrics::default());
     let signal = shutdown_signal().shared();
     let lost = lost_lease(fence.subscribe()).shared();
