@@ -138,7 +138,20 @@ fn run(name: &str, scenario: Scenario) -> Result<(), String> {
             mode.runs,
             if mode.full { " CHAOS_FULL=1" } else { "" }
         );
-        let outcome = scenario(mode, seed);
+        // A run that panics (a wait that timed out) is a violation of its
+        // own, with its seed; the other runs go on.
+        let outcome = std::panic::catch_unwind(|| scenario(mode, seed)).unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panicked".into());
+            Outcome {
+                violations: vec![format!("the run did not complete: {message}")],
+                ..Outcome::default()
+            }
+        });
+        record(name, mode, &[seed], &outcome, Some(i + 1), Duration::ZERO);
         if !outcome.violations.is_empty() {
             failures.push(format!("seed {seed}: {:#?}", outcome.violations));
         }
@@ -147,7 +160,7 @@ fn run(name: &str, scenario: Scenario) -> Result<(), String> {
         all.converge.extend(outcome.converge);
         all.points += outcome.points;
     }
-    record(name, mode, &seeds, &all, started.elapsed());
+    record(name, mode, &seeds, &all, None, started.elapsed());
     if failures.is_empty() {
         Ok(())
     } else {
@@ -155,8 +168,17 @@ fn run(name: &str, scenario: Scenario) -> Result<(), String> {
     }
 }
 
-/// Appends the scenario's results to `CHAOS_RESULTS`, if set.
-fn record(name: &str, mode: Mode, seeds: &[u64], outcome: &Outcome, took: Duration) {
+/// Appends results to `CHAOS_RESULTS`, if set: one line per run (`run`:
+/// its number), so a long full run keeps what it has done, and one line
+/// for the scenario (`run`: null) when all its runs are done.
+fn record(
+    name: &str,
+    mode: Mode,
+    seeds: &[u64],
+    outcome: &Outcome,
+    run: Option<u32>,
+    took: Duration,
+) {
     let mut converge: Vec<f64> = outcome.converge.iter().map(Duration::as_secs_f64).collect();
     converge.sort_by(f64::total_cmp);
     let quantile = |q: f64| {
@@ -166,8 +188,9 @@ fn record(name: &str, mode: Mode, seeds: &[u64], outcome: &Outcome, took: Durati
     };
     let line = serde_json::json!({
         "scenario": name,
+        "run": run,
         "full": mode.full,
-        "runs": mode.runs,
+        "runs": if run.is_some() { 1 } else { mode.runs },
         "points": outcome.points,
         "violations": outcome.violations.len(),
         "violation_messages": outcome.violations,
@@ -177,7 +200,9 @@ fn record(name: &str, mode: Mode, seeds: &[u64], outcome: &Outcome, took: Durati
         "converge_seconds": {"p50": quantile(0.5), "p90": quantile(0.9), "max": quantile(1.0)},
         "wall_seconds": took.as_secs_f64(),
     });
-    eprintln!("chaos::{name}: {line}");
+    if run.is_none() {
+        eprintln!("chaos::{name}: {line}");
+    }
     if let Ok(path) = std::env::var("CHAOS_RESULTS") {
         use std::io::Write;
         let mut file = std::fs::OpenOptions::new()

@@ -75,33 +75,34 @@ fn ready_with(s: &OpenMedModelStatus, version: &str) -> bool {
 /// Waits until the operator has written nothing in the namespace (but its
 /// Lease) for a second: the writes that follow a Ready status (the pointer, the events)
 /// have landed, so the next crash point counts from the next change.
-async fn quiet(stage: &Stage) {
+async fn quiet(stage: &mut Stage) {
     let namespace = stage.namespace();
-    wait_for(
-        "the operator to go quiet",
-        Duration::from_secs(60),
-        || async {
-            let last = stage
-                .proxy
-                .log()
-                .into_iter()
-                .filter(|l| {
-                    l.call.is_write()
-                        && l.call.resource != "leases"
-                        && l.call.namespace.as_deref() == Some(namespace.as_str())
-                })
-                .map(|l| l.at)
-                .max();
-            let idle = last.is_none_or(|at| at.elapsed() > Duration::from_secs(1));
-            if idle {
-                Some(())
-            } else {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                None
-            }
-        },
-    )
-    .await;
+    let started = Instant::now();
+    loop {
+        // A crash armed for a late write may have fired after the change
+        // converged: the operator is started again before anything is
+        // judged.
+        stage.revive();
+        let last = stage
+            .proxy
+            .log()
+            .into_iter()
+            .filter(|l| {
+                l.call.is_write()
+                    && l.call.resource != "leases"
+                    && l.call.namespace.as_deref() == Some(namespace.as_str())
+            })
+            .map(|l| l.at)
+            .max();
+        if last.is_none_or(|at| at.elapsed() > Duration::from_secs(1)) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the operator did not go quiet within 60 s ({namespace})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// One change the scenarios make, and what convergence means for it.
@@ -296,7 +297,7 @@ fn crash_sweep(prefix: &str, change: Change, mode: Mode, seed: u64) -> Outcome {
         if change == Change::ManualRollback {
             // Two retained versions to move between.
             driver.change(&mut stage, Change::Rollout).await;
-            quiet(&stage).await;
+            quiet(&mut stage).await;
         }
         let mut outcome = Outcome::default();
         for after in [false, true] {
@@ -305,7 +306,7 @@ fn crash_sweep(prefix: &str, change: Change, mode: Mode, seed: u64) -> Outcome {
                 let rule = arm_crash(&stage, k, after);
                 let took = driver.change(&mut stage, change).await;
                 let more = crash_point(&mut stage, &mut outcome, mode, (rule, k, after), took);
-                quiet(&stage).await;
+                quiet(&mut stage).await;
                 stage.invariants.settled(MODEL, driver.rollbacks).await;
                 if !more {
                     break;
@@ -356,7 +357,7 @@ fn crash_sweep_config_map_rename(mode: Mode, seed: u64) -> Outcome {
                     })
                     .await;
                 let more = crash_point(&mut stage, &mut outcome, mode, (rule, k, after), took);
-                quiet(&stage).await;
+                quiet(&mut stage).await;
                 stage.invariants.settled(MODEL, 0).await;
                 if !more {
                     break;
@@ -391,7 +392,7 @@ fn crash_sweep_deletion(mode: Mode, seed: u64) -> Outcome {
                         ready_with(s, &version)
                     })
                     .await;
-                quiet(&stage).await;
+                quiet(&mut stage).await;
                 let rule = arm_crash(&stage, k, after);
                 stage
                     .env
@@ -407,7 +408,7 @@ fn crash_sweep_deletion(mode: Mode, seed: u64) -> Outcome {
                     })
                     .await;
                 let more = crash_point(&mut stage, &mut outcome, mode, (rule, k, after), took);
-                quiet(&stage).await;
+                quiet(&mut stage).await;
                 stage.invariants.released().await;
                 if !more {
                     break;
@@ -545,7 +546,7 @@ fn persistent_status_conflicts_back_off(mode: Mode, seed: u64) -> Outcome {
             })
             .await;
         outcome.converge.push(took);
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         stage.invariants.settled(MODEL, 0).await;
         outcome.points = attempts as u32;
         outcome.violations.extend(stage.finish().await);
@@ -592,7 +593,7 @@ fn random_server_errors(mode: Mode, seed: u64) -> Outcome {
         };
         outcome.points = stage.proxy.applied().iter().sum();
         stage.proxy.clear();
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         stage.invariants.settled(MODEL, driver.rollbacks).await;
         outcome.violations = stage.finish().await;
         outcome
@@ -615,7 +616,7 @@ fn errors_after_the_write_committed(mode: Mode, seed: u64) -> Outcome {
         };
         outcome.points = stage.proxy.applied().iter().sum();
         stage.proxy.clear();
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         stage.invariants.settled(MODEL, driver.rollbacks).await;
         outcome.violations = stage.finish().await;
         outcome
@@ -656,7 +657,7 @@ fn cut_watches_and_expired_resource_versions(mode: Mode, seed: u64) -> Outcome {
         resets.abort();
         outcome.points = stage.proxy.applied().iter().sum();
         stage.proxy.clear();
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         stage.invariants.settled(MODEL, driver.rollbacks).await;
         outcome.violations = stage.finish().await;
         outcome
@@ -827,7 +828,7 @@ fn a_foreign_namespace_is_never_written(mode: Mode, seed: u64) -> Outcome {
             converge: drive(&mut stage, &mut driver, changes(mode)).await,
             ..Outcome::default()
         };
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         let foreign: Vec<String> = stage
             .proxy
             .log()
@@ -895,7 +896,7 @@ fn rivals_created_and_deleted_within_a_second(mode: Mode, seed: u64) -> Outcome 
             outcome.converge.push(took);
             outcome.points += 1;
         }
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         stage.invariants.settled(MODEL, 0).await;
         outcome.violations = stage.finish().await;
         outcome
@@ -990,7 +991,7 @@ fn a_leader_that_cannot_renew_stops_writing(mode: Mode, seed: u64) -> Outcome {
                 .violations
                 .push(format!("the deposed leader's exit: {exited:?}, not 1"));
         }
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         // The deposed leader's last renewal, its last other write, and the
         // successor's first write.
         let log = stage.proxy.log();
@@ -1082,7 +1083,7 @@ fn random_kills(mode: Mode, seed: u64) -> Outcome {
         };
         killer.abort();
         stage.revive();
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         stage.invariants.settled(MODEL, driver.rollbacks).await;
         outcome.points = stage.restarts;
         eprintln!("  restarts after random kills: {}", stage.restarts);
@@ -1149,7 +1150,7 @@ fn a_partition_from_the_api_server_heals(mode: Mode, seed: u64) -> Outcome {
                 s.phase == Some(Phase::RolledBack) && s.rollback_count == Some(rollbacks)
             })
             .await;
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         stage.invariants.settled(MODEL, driver.rollbacks).await;
         outcome.points = 1;
         outcome.violations.extend(stage.finish().await);
@@ -1189,7 +1190,7 @@ fn operator_clock_ahead_and_behind(mode: Mode, seed: u64) -> Outcome {
                     .converge
                     .push(driver.change(&mut stage, change).await);
             }
-            quiet(&stage).await;
+            quiet(&mut stage).await;
             stage.invariants.settled(MODEL, driver.rollbacks).await;
             outcome.points = outcome.converge.len() as u32;
             outcome.violations = stage
@@ -1244,7 +1245,7 @@ fn restart_mid_change(prefix: &str, component: &str, change: Change, seed: u64) 
         });
         let took = driver.change(&mut stage, change).await;
         restart.await.unwrap();
-        quiet(&stage).await;
+        quiet(&mut stage).await;
         stage.invariants.settled(MODEL, driver.rollbacks).await;
         let mut outcome = Outcome {
             converge: vec![took],
