@@ -398,6 +398,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     let mut current = obj.clone();
     let mut fresh = Fresh::default();
     let mut live = false;
+    let mut refreshed = false;
     let mut last_writes = String::new();
     for _ in 0..MAX_PASSES {
         let view = current.view();
@@ -414,10 +415,21 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
             rollout::conditions::keep_error_report(&mut status, &view.status);
         }
         if status != view.status {
-            // A conflict (someone else changed the resource) is an error
-            // like any other: it backs off, and the watch event that the
-            // other change brings starts a fresh reconcile.
-            current = write_status(&models, &current, &status, ctx).await?;
+            match write_status(&models, &current, &status, ctx).await {
+                Ok(written) => current = written,
+                // A conflict means this copy is stale: another writer, or a
+                // watch that lags or broke (after an API server restart the
+                // chaos suite saw one stay stale for minutes, every retry
+                // conflicting again). Decide once more from the stored
+                // object instead of waiting for the watch; a second
+                // conflict is an error that backs off.
+                Err(kube::Error::Api(e)) if e.code == 409 && !refreshed => {
+                    refreshed = true;
+                    current = models.get(&current.name_any()).await?;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         if decision.writes.is_empty() {
             record_events(ctx, &current, &decision, &now).await;

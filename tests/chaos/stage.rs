@@ -32,6 +32,8 @@ pub struct Stage {
     pub rng: fastrand::Rng,
     /// Restarts after a kill.
     pub restarts: u32,
+    /// How long a change may take to converge.
+    pub converge_within: Duration,
 }
 
 impl Stage {
@@ -82,6 +84,7 @@ impl Stage {
                 .collect(),
             rng: fastrand::Rng::with_seed(seed),
             restarts: 0,
+            converge_within: CONVERGE,
         }
     }
 
@@ -154,9 +157,10 @@ impl Stage {
                 ));
                 return (status, started.elapsed());
             }
-            if started.elapsed() > CONVERGE {
+            if started.elapsed() > self.converge_within {
                 panic!(
-                    "{what}: not converged within {CONVERGE:?} ({}/{name}; operator log {}); last status: {status:#?}",
+                    "{what}: not converged within {:?} ({}/{name}; operator log {}); last status: {status:#?}",
+                    self.converge_within,
                     self.env.ns.name,
                     self.env.operator.log.display()
                 );
