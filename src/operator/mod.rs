@@ -15,6 +15,7 @@ pub mod leader;
 mod metrics;
 mod model;
 mod reconcile;
+mod synced;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,7 @@ use health::Health;
 use leader::{Fence, FenceLayer};
 use metrics::Metrics;
 use reconcile::Context;
+use synced::{Cache, Synced};
 
 /// The User-Agent of every request the operator sends.
 pub const USER_AGENT: &str = concat!("openmed-operator/", env!("CARGO_PKG_VERSION"));
@@ -287,6 +289,7 @@ async fn run_scope(
     shutdown: futures::future::Shared<impl Future<Output = ()> + Send + 'static>,
 ) {
     let client = &clients.watches;
+    let synced = Arc::new(Synced::default());
     let (deployments, deployment_writer) = reflector::store();
     let deployment_events = observed(
         watcher(
@@ -300,6 +303,10 @@ async fn run_scope(
     )
     .modify(keep_own_apply_time)
     .reflect(deployment_writer)
+    .inspect({
+        let synced = synced.clone();
+        move |e| synced.observe(Cache::Deployments, e)
+    })
     .touched_objects();
 
     let (config_maps, config_map_writer) = reflector::store();
@@ -315,6 +322,10 @@ async fn run_scope(
     )
     .modify(forget_managed_fields)
     .reflect(config_map_writer)
+    .inspect({
+        let synced = synced.clone();
+        move |e| synced.observe(Cache::ConfigMaps, e)
+    })
     .touched_objects();
 
     let (autoscalers, autoscaler_writer) = reflector::store();
@@ -330,6 +341,10 @@ async fn run_scope(
     )
     .modify(forget_managed_fields)
     .reflect(autoscaler_writer)
+    .inspect({
+        let synced = synced.clone();
+        move |e| synced.observe(Cache::Autoscalers, e)
+    })
     .touched_objects();
 
     // Only ReplicaSets whose template references a snapshot, cached without
@@ -348,6 +363,10 @@ async fn run_scope(
     )
     .modify(forget_template)
     .reflect(replica_set_writer)
+    .inspect({
+        let synced = synced.clone();
+        move |e| synced.observe(Cache::ReplicaSets, e)
+    })
     .touched_objects();
 
     let (models, model_writer) = reflector::store();
@@ -359,6 +378,10 @@ async fn run_scope(
     )
     .modify(forget_managed_fields)
     .reflect(model_writer)
+    .inspect({
+        let synced = synced.clone();
+        move |e| synced.observe(Cache::Models, e)
+    })
     .applied_objects();
     let controller = Controller::for_stream(model_events, models.clone())
         .with_config(controller::Config::default().concurrency(options.concurrency));
@@ -377,6 +400,7 @@ async fn run_scope(
         recorder: events::Recorder::new(client, instance),
         failures: Mutex::new(std::collections::HashMap::new()),
         fence: fence.clone(),
+        synced,
     });
     {
         // Ready once every cache of this scope holds a full list, however

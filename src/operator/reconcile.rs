@@ -105,6 +105,8 @@ pub struct Context {
     pub failures: Mutex<HashMap<String, u32>>,
     /// Whether this instance leads (always, without leader election).
     pub fence: Arc<super::leader::Fence>,
+    /// Which caches hold a full list.
+    pub synced: Arc<super::synced::Synced>,
 }
 
 /// Reconciles one OpenMedModel (the controller's reconcile function).
@@ -539,11 +541,8 @@ pub async fn wait_for_caches(ctx: &Context) -> Result<(), Error> {
 
 /// Completes when every cache holds a full list (false: a store was dropped).
 pub async fn caches_synced(ctx: &Context) -> bool {
-    ctx.deployments.wait_until_ready().await.is_ok()
-        && ctx.config_maps.wait_until_ready().await.is_ok()
-        && ctx.autoscalers.wait_until_ready().await.is_ok()
-        && ctx.replica_sets.wait_until_ready().await.is_ok()
-        && ctx.models.wait_until_ready().await.is_ok()
+    ctx.synced.all().await;
+    true
 }
 
 /// Reads the world from the caches; an object the caches cannot hold yet
