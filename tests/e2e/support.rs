@@ -158,9 +158,12 @@ impl TestNamespace {
         api.create(&PostParams::default(), &ns)
             .await
             .expect("a namespace");
+        // kube-controller-manager creates it; right after the chaos suite
+        // restarts kube-apiserver, its informers may take a while to come
+        // back (their watch backoff), so the bound is generous.
         wait_for(
             "the default ServiceAccount of the namespace",
-            Duration::from_secs(30),
+            Duration::from_secs(120),
             || async {
                 let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> =
                     Api::namespaced(client.clone(), &name);
