@@ -74,51 +74,32 @@ impl Invariants {
             violations: violations.clone(),
             rollback_counts: Arc::new(Mutex::new(BTreeMap::new())),
         };
-        let mut tasks = Vec::new();
-        {
-            let checks = shared.clone();
-            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-            tasks.push(tokio::spawn(async move {
-                let mut stream = watcher(pods, watcher::Config::default())
-                    .default_backoff()
-                    .boxed();
-                while let Some(event) = stream.next().await {
-                    if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
-                        checks.pod(&pod).await;
-                    }
+        let tasks = vec![
+            each_change(Api::<Pod>::namespaced(client.clone(), namespace), {
+                let checks = shared.clone();
+                move |pod| {
+                    let checks = checks.clone();
+                    async move { checks.pod(&pod).await }
                 }
-            }));
-        }
-        {
-            let checks = shared.clone();
-            let models: Api<OpenMedModel> = Api::namespaced(client.clone(), namespace);
-            tasks.push(tokio::spawn(async move {
-                let mut stream = watcher(models, watcher::Config::default())
-                    .default_backoff()
-                    .boxed();
-                while let Some(event) = stream.next().await {
-                    if let Ok(watcher::Event::Apply(model) | watcher::Event::InitApply(model)) =
-                        event
-                    {
+            }),
+            each_change(
+                Api::<OpenMedModel>::namespaced(client.clone(), namespace),
+                {
+                    let checks = shared.clone();
+                    move |model| {
                         checks.model(&model);
+                        std::future::ready(())
                     }
+                },
+            ),
+            each_change(Api::<Event>::namespaced(client.clone(), namespace), {
+                let checks = shared;
+                move |event| {
+                    checks.event(&event);
+                    std::future::ready(())
                 }
-            }));
-        }
-        {
-            let checks = shared.clone();
-            let events: Api<Event> = Api::namespaced(client.clone(), namespace);
-            tasks.push(tokio::spawn(async move {
-                let mut stream = watcher(events, watcher::Config::default())
-                    .default_backoff()
-                    .boxed();
-                while let Some(event) = stream.next().await {
-                    if let Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) = event {
-                        checks.event(&e);
-                    }
-                }
-            }));
-        }
+            }),
+        ];
         Invariants {
             expect,
             violations,
@@ -263,6 +244,27 @@ impl Drop for Invariants {
             task.abort();
         }
     }
+}
+
+/// Runs `check` on every object `api` lists or sees change, for as long as
+/// the task lives.
+fn each_change<K, F, Fut>(api: Api<K>, mut check: F) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+    F: FnMut(K) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = stream.next().await {
+            if let Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event {
+                check(object).await;
+            }
+        }
+    })
 }
 
 fn report(violations: &Mutex<Vec<String>>, expect: &Expect, violation: String) {

@@ -45,21 +45,13 @@ fn main() {
             })
         })
         .collect::<Vec<_>>();
-    let any_selected = trials.iter().any(|t| selected(&args, t.name()));
+    let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);
     if started {
         support::stop_cluster();
     }
     conclusion.exit();
-}
-
-fn selected(args: &Arguments, name: &str) -> bool {
-    match &args.filter {
-        Some(filter) if args.exact => name == filter,
-        Some(filter) => name.contains(filter.as_str()),
-        None => true,
-    }
 }
 
 /// How much of the suite runs.

@@ -19,6 +19,16 @@ use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::{Client, Config, Discovery};
 use serde_json::Value;
 
+/// Whether the command line selects the trial `name` (so the harness
+/// starts the control plane only when a selected trial needs it).
+pub fn selected(args: &libtest_mimic::Arguments, name: &str) -> bool {
+    match &args.filter {
+        Some(filter) if args.exact => name == filter,
+        Some(filter) => name.contains(filter.as_str()),
+        None => true,
+    }
+}
+
 /// The repository root.
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
