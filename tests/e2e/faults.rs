@@ -165,19 +165,32 @@ spec:
         }
         // The retry may be a minute away by now; a change to the Deployment
         // (what fixing the cause usually brings) wakes the resource at once.
-        env.deployments()
-            .patch(
-                "svc",
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"metadata": {"annotations": {"e2e/touch": "fixed"}}})),
-            )
-            .await
-            .unwrap();
-        env.wait_status("svc", "the error to clear", |s| {
-            !s.conditions
-                .iter()
-                .any(|c| c.reason == "RetryingAfterError")
-        })
+        // The API server drops a deleted policy from its cache a moment
+        // later, so a touch that comes too soon meets the rewrite again:
+        // touch until the error clears.
+        let mut touches = 0;
+        wait_until(
+            "the error to clear after the policy went",
+            WAIT,
+            || {
+                touches += 1;
+                let (deployments, models) = (env.deployments(), env.status("svc"));
+                async move {
+                    let touch = json!({"metadata": {"annotations": {"e2e/touch": format!("fixed-{touches}")}}});
+                    deployments
+                        .patch("svc", &PatchParams::default(), &Patch::Merge(&touch))
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_secs(2)).await; // a touch every 2 s while polling
+                    models.await
+                }
+            },
+            |s| {
+                !s.conditions
+                    .iter()
+                    .any(|c| c.reason == "RetryingAfterError")
+            },
+        )
         .await;
         let live = env.deployments().get("svc").await.unwrap();
         assert_eq!(live.spec.unwrap().replicas, Some(2));
