@@ -134,20 +134,18 @@ impl Invariants {
             let status = resource.status.clone().unwrap_or_default();
             let current = status.observed_generation == resource.metadata.generation;
             let at_rest = matches!(status.phase, Some(Phase::Ready | Phase::RolledBack));
-            let target = resource
-                .spec
-                .target_ref
-                .name
-                .clone()
-                .unwrap_or_else(|| model.to_owned());
-            let template = deployments.get(&target).await.ok().and_then(|d| {
-                d.spec?
-                    .template
-                    .metadata?
-                    .labels?
-                    .get(MANIFEST_SNAPSHOT_LABEL)
-                    .cloned()
-            });
+            let template = deployments
+                .get(&target_of(&resource, model))
+                .await
+                .ok()
+                .and_then(|d| {
+                    d.spec?
+                        .template
+                        .metadata?
+                        .labels?
+                        .get(MANIFEST_SNAPSHOT_LABEL)
+                        .cloned()
+                });
             let agrees =
                 template.as_deref() == status.manifest_hash.as_deref().map(snapshot_suffix);
             if (current && at_rest && agrees) || started.elapsed() > SETTLE {
@@ -156,18 +154,13 @@ impl Invariants {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         };
         let status = resource.status.clone().unwrap_or_default();
+        let target = target_of(&resource, model);
         if status.rollback_count.unwrap_or(0) != rollbacks {
             self.report(format!(
                 "rollbackCount is {:?}, but {rollbacks} rollbacks were performed",
                 status.rollback_count
             ));
         }
-        let target = resource
-            .spec
-            .target_ref
-            .name
-            .clone()
-            .unwrap_or_else(|| model.to_owned());
         let Ok(deployment) = deployments.get(&target).await else {
             self.report(format!("Deployment {target} is gone"));
             return;
@@ -410,6 +403,16 @@ impl Checks {
             ));
         }
     }
+}
+
+/// The Deployment a model names (its own name when `targetRef` has none).
+fn target_of(model: &OpenMedModel, name: &str) -> String {
+    model
+        .spec
+        .target_ref
+        .name
+        .clone()
+        .unwrap_or_else(|| name.to_owned())
 }
 
 /// The ConfigMap a pod spec's preload variable reads.

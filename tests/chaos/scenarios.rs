@@ -216,14 +216,7 @@ impl Driver {
             }
             Change::AutomaticRollback => {
                 let bad = self.version(stage, "bad");
-                mark_unready(&stage.env.client, &[&bad]).await;
-                stage
-                    .invariants
-                    .expect
-                    .unready
-                    .lock()
-                    .unwrap()
-                    .insert(bad.clone());
+                stage.never_ready(&bad).await;
                 let before = stage.env.status(MODEL).await;
                 let good = before.active_version.clone().unwrap_or_default();
                 new_version(stage, &bad).await;
@@ -1091,14 +1084,7 @@ fn a_partition_from_the_api_server_heals(mode: Mode, seed: u64) -> Outcome {
     block_on(async {
         let (mut stage, mut driver) = ready("partition", seed).await;
         let bad = driver.version(&stage, "bad");
-        mark_unready(&stage.env.client, &[&bad]).await;
-        stage
-            .invariants
-            .expect
-            .unready
-            .lock()
-            .unwrap()
-            .insert(bad.clone());
+        stage.never_ready(&bad).await;
         stage.env.set_spec(MODEL, json!({"version": bad})).await;
         // Let the rollout begin, then cut the operator off.
         let bad_clone = bad.clone();

@@ -132,6 +132,18 @@ impl Stage {
         true
     }
 
+    /// Makes `version` one that never gets ready (the fake kubelet's list),
+    /// and tells the invariant watcher so: it may never be retained.
+    pub async fn never_ready(&self, version: &str) {
+        mark_unready(&self.env.client, &[version]).await;
+        self.invariants
+            .expect
+            .unready
+            .lock()
+            .unwrap()
+            .insert(version.to_owned());
+    }
+
     /// Waits until `ok` holds of `name`'s status, restarting the operator
     /// whenever it dies (a hook killed it); returns the status and how long
     /// it took.
