@@ -408,7 +408,15 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         let now = now();
         let decision = decide(&view, &world, ctx.settings, now.clone());
         if !decision.writes.is_empty() && !live {
-            fresh.read_live(&view, ctx).await?;
+            // The resource itself is read live too: a lagging model cache
+            // hands out an older spec and status, and a decision on them
+            // would take the operator's own later writes for drift and
+            // undo them (a status left unchanged is not written, so no
+            // conflict would stop it).
+            let Some(stored) = read_all_live(&models, &current, ctx, &mut fresh).await? else {
+                return Ok(Action::await_change());
+            };
+            current = stored;
             live = true;
             continue;
         }
@@ -423,11 +431,17 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
                 // watch that lags or broke (after an API server restart the
                 // chaos suite saw one stay stale for minutes, every retry
                 // conflicting again). Decide once more from the stored
-                // object instead of waiting for the watch; a second
-                // conflict is an error that backs off.
+                // object, and the objects it names (a newer spec names
+                // another snapshot), instead of waiting for the watch; a
+                // second conflict is an error that backs off.
                 Err(kube::Error::Api(e)) if e.code == 409 && !refreshed => {
                     refreshed = true;
-                    current = models.get(&current.name_any()).await?;
+                    let Some(stored) = read_all_live(&models, &current, ctx, &mut fresh).await?
+                    else {
+                        return Ok(Action::await_change());
+                    };
+                    current = stored;
+                    live = true;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -448,6 +462,21 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         written?;
     }
     Err(Error::NotConverged(last_writes))
+}
+
+/// Reads the resource live, then every object a decision about it looks
+/// at (`None`: the resource is gone).
+async fn read_all_live(
+    models: &Api<RawModel>,
+    current: &RawModel,
+    ctx: &Context,
+    fresh: &mut Fresh,
+) -> Result<Option<RawModel>, kube::Error> {
+    let Some(stored) = models.get_opt(&current.name_any()).await? else {
+        return Ok(None);
+    };
+    fresh.read_live(&stored.view(), ctx).await?;
+    Ok(Some(stored))
 }
 
 /// Deletion: release, wait until nothing reads the ConfigMaps, delete

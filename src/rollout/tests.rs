@@ -133,6 +133,19 @@ impl World {
         self.writes.clear();
         for _ in 0..5 {
             let d = self.decide();
+            // The shell reads live every name `config_map_names` gives
+            // before it lets a decision write; a ConfigMap written under
+            // another name would be judged on a cache that may lag.
+            let read_live = config_map_names(&self.resource);
+            for w in &d.writes {
+                if let Write::ApplyConfigMap(cm) = w {
+                    let name = cm.metadata.name.clone().unwrap();
+                    assert!(
+                        read_live.contains(&name),
+                        "{name} is written but not read live: {read_live:?}"
+                    );
+                }
+            }
             self.resource.status = d.status;
             events.extend(d.events);
             if d.writes.is_empty() {

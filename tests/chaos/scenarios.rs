@@ -459,6 +459,7 @@ async fn ready(prefix: &str, seed: u64) -> (Stage, Driver) {
 /// saw and how many faults were injected.
 async fn after_faults(mut stage: Stage, driver: &Driver, converge: Vec<Duration>) -> Outcome {
     let points = stage.proxy.applied().iter().sum();
+    assert!(points > 0, "no fault was injected: the run tested nothing");
     stage.proxy.clear();
     quiet(&mut stage).await;
     stage.invariants.settled(MODEL, driver.rollbacks).await;
@@ -638,13 +639,15 @@ fn cut_watches_and_expired_resource_versions(mode: Mode, seed: u64) -> Outcome {
         let cut = Duration::from_millis(500 + stage.rng.u64(0..2500));
         stage.proxy.add(Rule::new(watches, Fault::CutWatch(cut)));
         // And every watch at once, now and then (a load balancer's reset).
+        // The first reset is immediate: the watches opened before the rules
+        // reconnect through them, or a quick run would never meet a fault.
         let resets = {
             let proxy = stage.proxy.resetter();
             let mut rng = fastrand::Rng::with_seed(seed ^ 0x7a7c);
             tokio::spawn(async move {
                 loop {
-                    tokio::time::sleep(Duration::from_millis(rng.u64(1000..5000))).await;
                     proxy.cut_watches();
+                    tokio::time::sleep(Duration::from_millis(rng.u64(1000..5000))).await;
                 }
             })
         };
