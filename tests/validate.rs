@@ -460,3 +460,132 @@ proptest! {
         prop_assert_eq!(openmed_op::api::rules::is_dns_subdomain(&name), in_crd);
     }
 }
+
+fn canary() -> Value {
+    json!({
+        "targetRef": {"name": "svc-canary"},
+        "trafficRef": {"httpRoute": "svc", "stableBackend": "svc", "canaryBackend": "svc-canary"},
+        "steps": [{"weight": 10, "pause": "5m"}, {"weight": 50}],
+    })
+}
+
+fn with_canary(path: &str, value: Value) -> Value {
+    let mut spec = with("canary", canary());
+    let mut node = &mut spec["canary"];
+    let parts: Vec<&str> = path.split('.').collect();
+    for part in &parts[..parts.len() - 1] {
+        node = &mut node[*part];
+    }
+    node[parts[parts.len() - 1]] = value;
+    spec
+}
+
+#[test]
+fn a_canary_is_accepted_with_its_defaults() {
+    let spec = validate(&model(with("canary", canary())), None).unwrap();
+    let canary = spec.canary.unwrap();
+    assert_eq!(canary.target_ref.container_name, "openmed-service");
+    assert_eq!(canary.steps[0].pause.as_deref(), Some("5m"));
+    assert_eq!(canary.steps[1].pause, None);
+    let analysis = validate(
+        &model(with_canary(
+            "analysis",
+            json!({"webhooks": [{"name": "smoke", "url": "http://checks:8080/canary"}]}),
+        )),
+        None,
+    )
+    .unwrap()
+    .canary
+    .unwrap()
+    .analysis
+    .unwrap();
+    assert_eq!(analysis.interval, "1m");
+    assert_eq!(analysis.failure_limit, 0);
+    assert_eq!(analysis.webhooks[0].timeout, "10s");
+}
+
+#[test]
+fn canary_steps_must_increase_strictly_within_1_to_99() {
+    rejects(
+        with_canary("steps", json!([{"weight": 50}, {"weight": 10}])),
+        "spec.canary.steps",
+        &["strictly increasing"],
+    );
+    rejects(
+        with_canary("steps", json!([{"weight": 20}, {"weight": 20}])),
+        "spec.canary.steps",
+        &["strictly increasing"],
+    );
+    rejects(
+        with_canary("steps", json!([{"weight": 100}])),
+        "spec.canary.steps[0].weight",
+        &["out of range", "from 1 to 99"],
+    );
+    rejects(
+        with_canary("steps", json!([])),
+        "spec.canary.steps",
+        &["at least 1"],
+    );
+}
+
+#[test]
+fn canary_durations_and_addresses_are_checked() {
+    rejects(
+        with_canary("steps", json!([{"weight": 10, "pause": "5 minutes"}])),
+        "spec.canary.steps[0].pause",
+        &["ms, s, m or h"],
+    );
+    rejects(
+        with_canary(
+            "analysis",
+            json!({"interval": "1d", "webhooks": [{"name": "w", "url": "http://w"}]}),
+        ),
+        "spec.canary.analysis.interval",
+        &["duration"],
+    );
+    rejects(
+        with_canary(
+            "analysis",
+            json!({"metrics": [{"name": "m", "thresholdRange": {"max": 1},
+                                 "prometheus": {"address": "prometheus:9090", "query": "up"}}]}),
+        ),
+        "spec.canary.analysis.metrics[0].prometheus.address",
+        &["http://"],
+    );
+}
+
+#[test]
+fn canary_cross_field_rules_name_their_field() {
+    rejects(
+        with_canary("trafficRef.canaryBackend", json!("svc")),
+        "spec.canary.trafficRef",
+        &["two different Services"],
+    );
+    rejects(
+        with_canary("analysis", json!({"interval": "1m"})),
+        "spec.canary.analysis",
+        &["at least one metric or webhook"],
+    );
+    rejects(
+        with_canary(
+            "analysis",
+            json!({"metrics": [{"name": "m", "thresholdRange": {"min": 2.0, "max": 1.0},
+                                 "prometheus": {"address": "http://p:9090", "query": "up"}}]}),
+        ),
+        "spec.canary.analysis.metrics[0].thresholdRange",
+        &["min must not exceed max"],
+    );
+}
+
+#[test]
+fn durations_read_as_written() {
+    use openmed_op::api::rules::parse_duration;
+    use std::time::Duration;
+    assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+    assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_duration("1m500ms"), Some(Duration::from_millis(60_500)));
+    assert_eq!(parse_duration("5"), None);
+    assert_eq!(parse_duration("5d"), None);
+    assert_eq!(parse_duration(""), None);
+}

@@ -1,12 +1,17 @@
 //! The `OpenMedModel` API: the types, the CRD generated from them, and the one
 //! `validate` that the operator, `render` and `verify` all call.
 
+mod canary;
 mod crd;
 pub mod names;
 pub mod rules;
 mod types;
 mod validate;
 
+pub use canary::{
+    AnalysisResult, Analysis, BackendWeights, Canary, CanaryState, CanaryStatus, CanaryStep,
+    CanaryTargetRef, Metric, Outcome, PrometheusQuery, ThresholdRange, TrafficRef, Webhook,
+};
 pub use crd::{crd, crd_yaml, openapi_schema};
 pub use types::{
     OpenMedModel, OpenMedModelSpec, OpenMedModelStatus, Phase, RolloutStrategy, StrategyType,

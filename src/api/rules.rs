@@ -31,6 +31,49 @@ pub const REPLICAS_MIN: i64 = 1;
 /// Bounds of `spec.replicas`.
 pub const REPLICAS_MAX: i64 = 1000;
 
+/// A duration as Kubernetes tools write it: whole numbers with `ms`, `s`,
+/// `m` or `h`, e.g. `30s`, `5m`, `1h30m`.
+pub const DURATION_PATTERN: &str = r"^([0-9]{1,9}(ms|s|m|h))+$";
+
+/// An `http://` or `https://` URL with a host.
+pub const HTTP_URL_PATTERN: &str = r"^https?://[^\s/?#]+([/?#]\S*)?$";
+
+/// The CEL rule (and its message) that keeps canary steps strictly
+/// increasing: sorted, and no weight twice.
+pub const STEPS_INCREASING_RULE: &str =
+    "self.map(s, s.weight).isSorted() && self.all(a, self.exists_one(b, b.weight == a.weight))";
+/// Message of [`STEPS_INCREASING_RULE`].
+pub const STEPS_INCREASING_MESSAGE: &str = "step weights must be strictly increasing";
+
+/// Reads a [`DURATION_PATTERN`] duration; `None` when it does not match.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    if !regex(DURATION_PATTERN).is_match(text) {
+        return None;
+    }
+    let mut millis: u64 = 0;
+    let mut number: u64 = 0;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if let Some(d) = c.to_digit(10) {
+            number = number * 10 + u64::from(d);
+            continue;
+        }
+        let unit = match (c, chars.peek()) {
+            ('m', Some('s')) => {
+                chars.next();
+                1
+            }
+            ('s', _) => 1_000,
+            ('m', _) => 60_000,
+            ('h', _) => 3_600_000,
+            _ => return None,
+        };
+        millis = millis.saturating_add(number.saturating_mul(unit));
+        number = 0;
+    }
+    Some(std::time::Duration::from_millis(millis))
+}
+
 /// The CEL rule (and its message) that forbids a rolling update that can make no progress.
 ///
 /// `maxSurge` and `maxUnavailable` are int-or-string (`dyn` in CEL), so each is

@@ -18,6 +18,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::canary::{Canary, CanaryStatus};
 use super::rules;
 
 /// The model an existing OpenMed REST Deployment serves, declared in Git.
@@ -101,6 +102,12 @@ pub struct OpenMedModelSpec {
         length(max = rules::DNS_SUBDOMAIN_MAX)
     )]
     pub manifest_config_map_name: Option<String>,
+
+    /// Try a new version on a canary Deployment with a share of the
+    /// traffic before the stable Deployment gets it. The first version,
+    /// and any change while this is unset, roll out directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
 }
 
 /// Size tier of a model.
@@ -251,7 +258,8 @@ pub struct OpenMedModelStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// Lifecycle phase: Pending, RollingOut, Ready, Failed or RolledBack.
+    /// Lifecycle phase: Pending, RollingOut, Canary, Ready, Failed or
+    /// RolledBack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
 
@@ -319,6 +327,10 @@ pub struct OpenMedModelStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+
+    /// The canary in progress, or the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryStatus>,
 }
 
 /// Lifecycle phase of an OpenMedModel.
@@ -328,6 +340,8 @@ pub enum Phase {
     Pending,
     /// A new model is being rolled out.
     RollingOut,
+    /// A new model is tried on the canary Deployment.
+    Canary,
     /// The desired model is served by all pods.
     Ready,
     /// A rollout failed and nothing could be restored.
@@ -342,6 +356,7 @@ impl Phase {
         match self {
             Phase::Pending => "Pending",
             Phase::RollingOut => "RollingOut",
+            Phase::Canary => "Canary",
             Phase::Ready => "Ready",
             Phase::Failed => "Failed",
             Phase::RolledBack => "RolledBack",
@@ -365,7 +380,7 @@ fn default_true() -> bool {
     true
 }
 
-fn default_container_name() -> String {
+pub(super) fn default_container_name() -> String {
     "openmed-service".to_owned()
 }
 

@@ -185,6 +185,17 @@ fn check_node(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldE
     match value {
         Value::Object(map) => check_object(map, schema, path, errors),
         Value::Array(items) => {
+            let n = items.len() as u64;
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                && n > max
+            {
+                errors.push(error(path, format!("has {n} items, at most {max} are allowed")));
+            }
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                && n < min
+            {
+                errors.push(error(path, format!("needs at least {min} item(s)")));
+            }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
                     check_node(item, item_schema, &format!("{path}[{i}]"), errors);
@@ -370,6 +381,16 @@ fn hint(field: &str) -> &'static str {
         }
         "maxSurge" | "maxUnavailable" => {
             "a whole number of pods (0 or more) or a percentage from 0% to 100%"
+        }
+        "pause" | "interval" | "timeout" => {
+            "a duration of whole numbers with ms, s, m or h (e.g. 30s, 5m, 1h30m)"
+        }
+        "address" | "url" => "an http:// or https:// URL with a host",
+        "httpRoute" => {
+            "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters"
+        }
+        "ruleName" | "stableBackend" | "canaryBackend" => {
+            "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters"
         }
         _ => "see `kubectl explain openmedmodel.spec`",
     }

@@ -88,6 +88,10 @@ pub fn plan(resource: &ResourceId, spec: &OpenMedModelSpec, target: TargetOption
 
 /// The spec with every default filled in: the target defaults to the
 /// resource's name, the ConfigMap name is resolved. Idempotent.
+///
+/// `canary` is left out: it says how a version is tried, not what the
+/// target serves, so editing it is no rollout, and the specs kept in the
+/// status (the rollback targets) and their hashes stay as they were.
 pub fn normalize(name: &str, spec: &OpenMedModelSpec) -> OpenMedModelSpec {
     let mut normalized = spec.clone();
     let target_name = spec
@@ -100,6 +104,7 @@ pub fn normalize(name: &str, spec: &OpenMedModelSpec) -> OpenMedModelSpec {
         container_name: spec.target_ref.container_name.clone(),
     };
     normalized.manifest_config_map_name = Some(config_map_name(name, spec));
+    normalized.canary = None;
     normalized
 }
 

@@ -140,6 +140,7 @@ fn lenient_status(value: &Value) -> OpenMedModelStatus {
         last_successful_spec: field(value, "lastSuccessfulSpec"),
         previous_successful_spec: field(value, "previousSuccessfulSpec"),
         rollback_spec: field(value, "rollbackSpec"),
+        canary: field(value, "canary"),
         conditions: value
             .get("conditions")
             .and_then(Value::as_array)

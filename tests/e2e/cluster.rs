@@ -117,8 +117,26 @@ fn base() -> Value {
     json!({"family": "pii", "tier": "Small", "version": "OpenMed/pii-v1", "replicas": 2})
 }
 
+/// A canary block with every part, valid.
+fn canary() -> Value {
+    json!({
+        "targetRef": {"name": "svc-canary"},
+        "trafficRef": {"httpRoute": "svc", "ruleName": "main",
+                       "stableBackend": "openmed-service", "canaryBackend": "openmed-service-canary"},
+        "steps": [{"weight": 10, "pause": "30s"}, {"weight": 50}],
+        "analysis": {"interval": "30s", "failureLimit": 1,
+                     "metrics": [{"name": "error-rate", "thresholdRange": {"max": 0.01},
+                                  "prometheus": {"address": "http://prometheus.monitoring:9090",
+                                                 "query": "sum(rate(errors{service=\"{{canary}}\"}[1m]))"}}],
+                     "webhooks": [{"name": "smoke", "url": "https://checks.example/canary"}]},
+    })
+}
+
 fn with(path: &[&str], value: Value) -> Value {
     let mut spec = base();
+    if path[0] == "canary" && path.len() > 1 {
+        spec["canary"] = canary();
+    }
     let mut node = &mut spec;
     for key in &path[..path.len() - 1] {
         if node.get(*key).is_none() {
@@ -230,6 +248,86 @@ fn the_server_and_validate_accept_and_reject_the_same_objects() {
         (
             "ConfigMap name with an underscore",
             with(&["manifestConfigMapName"], json!("a_b")),
+            false,
+        ),
+        ("a canary", with(&["canary"], canary()), true),
+        (
+            "canary steps not increasing",
+            with(
+                &["canary", "steps"],
+                json!([{"weight": 50}, {"weight": 10}]),
+            ),
+            false,
+        ),
+        (
+            "canary steps repeating a weight",
+            with(
+                &["canary", "steps"],
+                json!([{"weight": 10}, {"weight": 10}]),
+            ),
+            false,
+        ),
+        (
+            "canary step weight 100",
+            with(&["canary", "steps"], json!([{"weight": 100}])),
+            false,
+        ),
+        (
+            "canary without steps",
+            with(&["canary", "steps"], json!([])),
+            false,
+        ),
+        (
+            "canary pause of five minutes",
+            with(
+                &["canary", "steps"],
+                json!([{"weight": 5, "pause": "5m"}]),
+            ),
+            true,
+        ),
+        (
+            "canary pause without a unit",
+            with(&["canary", "steps"], json!([{"weight": 5, "pause": "300"}])),
+            false,
+        ),
+        (
+            "canary backends the same",
+            with(
+                &["canary", "trafficRef", "canaryBackend"],
+                json!("openmed-service"),
+            ),
+            false,
+        ),
+        (
+            "canary analysis with nothing to measure",
+            with(&["canary", "analysis"], json!({"interval": "1m"})),
+            false,
+        ),
+        (
+            "canary threshold with no bound",
+            with(
+                &["canary", "analysis"],
+                json!({"metrics": [{"name": "errors", "thresholdRange": {},
+                       "prometheus": {"address": "http://p:9090", "query": "up"}}]}),
+            ),
+            false,
+        ),
+        (
+            "canary threshold min above max",
+            with(
+                &["canary", "analysis"],
+                json!({"metrics": [{"name": "errors", "thresholdRange": {"min": 2, "max": 1},
+                       "prometheus": {"address": "http://p:9090", "query": "up"}}]}),
+            ),
+            false,
+        ),
+        (
+            "canary Prometheus address without a scheme",
+            with(
+                &["canary", "analysis"],
+                json!({"metrics": [{"name": "errors", "thresholdRange": {"max": 1},
+                       "prometheus": {"address": "prometheus:9090", "query": "up"}}]}),
+            ),
             false,
         ),
     ];

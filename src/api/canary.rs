@@ -1,0 +1,380 @@
+//! `spec.canary`: a new model version tried on a second, user-owned
+//! Deployment with a share of the traffic, before the stable one rolls.
+//!
+//! The operator creates no workload and no Service. It writes the new model
+//! into the canary Deployment the same way as into the stable one, moves
+//! the two backend weights of one HTTPRoute rule step by step, runs the
+//! analysis between steps, and then either promotes (the stable Deployment
+//! rolls to the new version, the weights go back) or aborts (the weights go
+//! back at once). At rest the route is exactly what Git says.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::rules;
+
+/// How a new version is tried before the stable Deployment gets it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Canary {
+    /// The canary Deployment: a second Deployment of the same service,
+    /// created and scaled by you, behind the canary Service. It gets the
+    /// new version when a canary starts and the stable one back when it is
+    /// aborted.
+    pub target_ref: CanaryTargetRef,
+
+    /// The HTTPRoute rule whose two backend weights move the traffic.
+    pub traffic_ref: TrafficRef,
+
+    /// The canary's share of the traffic, step by step, in percent
+    /// (strictly increasing, 1 to 99). After the last step the stable
+    /// Deployment rolls to the new version.
+    #[schemars(length(min = 1, max = 20))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": rules::STEPS_INCREASING_RULE,
+        "message": rules::STEPS_INCREASING_MESSAGE,
+    }]))]
+    pub steps: Vec<CanaryStep>,
+
+    /// Measurements that must pass before each step ends. Without it a
+    /// step ends when its pause is over (or on a promote).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<Analysis>,
+}
+
+/// The canary Deployment and its container.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryTargetRef {
+    /// Name of the canary Deployment in this namespace; not the stable one.
+    #[schemars(
+        regex(pattern = rules::DNS_SUBDOMAIN_PATTERN),
+        length(max = rules::DNS_SUBDOMAIN_MAX)
+    )]
+    pub name: String,
+
+    /// Name of the container that runs the OpenMed service. Default
+    /// `openmed-service`.
+    #[serde(default = "super::types::default_container_name")]
+    #[schemars(
+        regex(pattern = rules::DNS_LABEL_PATTERN),
+        length(max = rules::DNS_LABEL_MAX)
+    )]
+    pub container_name: String,
+}
+
+/// One rule of a `gateway.networking.k8s.io/v1` HTTPRoute in this
+/// namespace, with its two backends.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.stableBackend != self.canaryBackend",
+    "message": "stableBackend and canaryBackend must be two different Services",
+}]))]
+pub struct TrafficRef {
+    /// Name of the HTTPRoute.
+    #[schemars(
+        regex(pattern = rules::DNS_SUBDOMAIN_PATTERN),
+        length(max = rules::DNS_SUBDOMAIN_MAX)
+    )]
+    pub http_route: String,
+
+    /// The rule's `name`. Optional when exactly one rule holds both
+    /// backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        regex(pattern = rules::DNS_LABEL_PATTERN),
+        length(max = rules::DNS_LABEL_MAX)
+    )]
+    pub rule_name: Option<String>,
+
+    /// The Service of the stable Deployment, as named in the rule's
+    /// `backendRefs`.
+    #[schemars(
+        regex(pattern = rules::DNS_LABEL_PATTERN),
+        length(max = rules::DNS_LABEL_MAX)
+    )]
+    pub stable_backend: String,
+
+    /// The Service of the canary Deployment, as named in the rule's
+    /// `backendRefs`. Its weight must be 0 in Git.
+    #[schemars(
+        regex(pattern = rules::DNS_LABEL_PATTERN),
+        length(max = rules::DNS_LABEL_MAX)
+    )]
+    pub canary_backend: String,
+}
+
+/// One step: a traffic share, held for a while or until a promote.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStep {
+    /// The canary's share of the traffic in percent (1 to 99); the stable
+    /// backend gets the rest.
+    #[schemars(range(min = 1, max = 99))]
+    pub weight: i32,
+
+    /// How long to hold the step, as `30s`, `5m`, `1h30m`. Without it the
+    /// step waits for a promote (`openmed.ai/canary-promote`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = rules::DURATION_PATTERN))]
+    pub pause: Option<String>,
+}
+
+/// The measurements that judge a canary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.metrics) ? self.metrics.size() : 0) + (has(self.webhooks) ? self.webhooks.size() : 0) > 0",
+    "message": "analysis needs at least one metric or webhook",
+}]))]
+pub struct Analysis {
+    /// How often to measure, as `30s`, `1m`. Default `1m`.
+    #[serde(default = "default_interval")]
+    #[schemars(regex(pattern = rules::DURATION_PATTERN))]
+    pub interval: String,
+
+    /// How many failed measurements are tolerated over the whole canary;
+    /// one more aborts it. Default 0. No data never counts as a pass nor
+    /// as a failure: it holds the step.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100))]
+    pub failure_limit: i32,
+
+    /// Prometheus queries and the range their result must fall in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub metrics: Vec<Metric>,
+
+    /// Endpoints told the canary's state with a POST; a 2xx answer passes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub webhooks: Vec<Webhook>,
+}
+
+/// One Prometheus measurement.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Metric {
+    /// A name for reports, e.g. `error-rate`.
+    #[schemars(
+        regex(pattern = rules::DNS_LABEL_PATTERN),
+        length(max = rules::DNS_LABEL_MAX)
+    )]
+    pub name: String,
+
+    /// Where and what to ask.
+    pub prometheus: PrometheusQuery,
+
+    /// The range a passing result falls in (bounds included).
+    pub threshold_range: ThresholdRange,
+}
+
+/// A PromQL instant query.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusQuery {
+    /// Base URL of the Prometheus HTTP API, e.g.
+    /// `http://prometheus.monitoring:9090`.
+    #[schemars(regex(pattern = rules::HTTP_URL_PATTERN), length(max = 2048))]
+    pub address: String,
+
+    /// The query; it must return one sample. `{{canary}}` and `{{stable}}`
+    /// become the backend Service names, `{{namespace}}` this namespace,
+    /// `{{version}}` the version under test.
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: String,
+}
+
+/// Bounds of a passing result.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.min) || has(self.max)",
+        "message": "set min, max or both",
+    },
+    {
+        "rule": "!has(self.min) || !has(self.max) || self.min <= self.max",
+        "message": "min must not exceed max",
+    },
+]))]
+pub struct ThresholdRange {
+    /// The smallest passing value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// The largest passing value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+}
+
+/// A webhook check.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Webhook {
+    /// A name for reports.
+    #[schemars(
+        regex(pattern = rules::DNS_LABEL_PATTERN),
+        length(max = rules::DNS_LABEL_MAX)
+    )]
+    pub name: String,
+
+    /// The URL to POST the canary's state to (JSON).
+    #[schemars(regex(pattern = rules::HTTP_URL_PATTERN), length(max = 2048))]
+    pub url: String,
+
+    /// How long to wait for the answer, as `10s`. Default `10s`; no
+    /// answer in time counts as no data.
+    #[serde(default = "default_webhook_timeout")]
+    #[schemars(regex(pattern = rules::DURATION_PATTERN))]
+    pub timeout: String,
+}
+
+fn default_interval() -> String {
+    "1m".to_owned()
+}
+
+fn default_webhook_timeout() -> String {
+    "10s".to_owned()
+}
+
+/// Where a canary stands, written only by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatus {
+    /// The version under test.
+    pub version: String,
+
+    /// Hash of the normalized spec under test (`status.desiredSpecHash`
+    /// when the canary started).
+    pub spec_hash: String,
+
+    /// Warming, Progressing, Paused, Promoting, Promoted or Aborted.
+    pub state: CanaryState,
+
+    /// The step in effect, from 1; 0 while the canary pods warm up.
+    pub step: i32,
+
+    /// The canary's share of the traffic now, in percent.
+    pub weight: i32,
+
+    /// The two backend weights before the canary, restored at its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_weights: Option<BackendWeights>,
+
+    /// When the canary started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+
+    /// When the current step's weight was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_start_time: Option<Time>,
+
+    /// The canary Deployment's `metadata.generation` produced by the
+    /// operator's write; its progress is judged against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_generation: Option<i64>,
+
+    /// Failed measurements so far.
+    #[serde(default)]
+    pub failures: i32,
+
+    /// The latest measurements, newest last (at most 20 kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub analysis: Vec<AnalysisResult>,
+
+    /// The `openmed.ai/canary-promote` value last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promote_handled: Option<String>,
+
+    /// The `openmed.ai/canary-abort` value last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_handled: Option<String>,
+
+    /// The resource's generation when the canary was aborted: the same
+    /// spec is not tried again until it changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted_generation: Option<i64>,
+
+    /// Why the canary is where it is, for a person.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The stable and canary backend weights of the rule.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendWeights {
+    /// The stable backend's weight.
+    pub stable: i32,
+    /// The canary backend's weight.
+    pub canary: i32,
+}
+
+/// Stage of a canary.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CanaryState {
+    /// The canary Deployment rolls to the new version; no traffic yet.
+    #[default]
+    Warming,
+    /// Holding a step: its pause, its analysis.
+    Progressing,
+    /// Waiting for a person: a step without a pause, an inconclusive
+    /// analysis, a route changed by another writer, or
+    /// `openmed.ai/canary-pause`.
+    Paused,
+    /// Every step passed; the stable Deployment rolls to the new version.
+    Promoting,
+    /// The stable Deployment serves the new version; the weights are back.
+    Promoted,
+    /// Stopped; the weights are back and the stable version is unchanged.
+    Aborted,
+}
+
+impl CanaryState {
+    /// The name as written in the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CanaryState::Warming => "Warming",
+            CanaryState::Progressing => "Progressing",
+            CanaryState::Paused => "Paused",
+            CanaryState::Promoting => "Promoting",
+            CanaryState::Promoted => "Promoted",
+            CanaryState::Aborted => "Aborted",
+        }
+    }
+
+    /// Whether the canary is over (the route is at rest).
+    pub fn is_over(self) -> bool {
+        matches!(self, CanaryState::Promoted | CanaryState::Aborted)
+    }
+}
+
+/// One measurement.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnalysisResult {
+    /// When it was taken.
+    pub time: Time,
+    /// The metric's or webhook's name.
+    pub name: String,
+    /// The step it was taken at.
+    pub step: i32,
+    /// Pass, Fail or Inconclusive.
+    pub outcome: Outcome,
+    /// The value or the answer, for a person.
+    pub message: String,
+}
+
+/// What a measurement says.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Outcome {
+    /// Within the threshold (a 2xx answer).
+    Pass,
+    /// Outside the threshold (a non-2xx answer).
+    Fail,
+    /// No data, NaN, several samples, or no answer: neither a pass nor a
+    /// failure.
+    Inconclusive,
+}
