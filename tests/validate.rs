@@ -584,7 +584,10 @@ fn durations_read_as_written() {
     assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
     assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
     assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-    assert_eq!(parse_duration("1m500ms"), Some(Duration::from_millis(60_500)));
+    assert_eq!(
+        parse_duration("1m500ms"),
+        Some(Duration::from_millis(60_500))
+    );
     assert_eq!(parse_duration("5"), None);
     assert_eq!(parse_duration("5d"), None);
     assert_eq!(parse_duration(""), None);

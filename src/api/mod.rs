@@ -9,7 +9,7 @@ mod types;
 mod validate;
 
 pub use canary::{
-    AnalysisResult, Analysis, BackendWeights, Canary, CanaryState, CanaryStatus, CanaryStep,
+    Analysis, AnalysisResult, BackendWeights, Canary, CanaryState, CanaryStatus, CanaryStep,
     CanaryTargetRef, Metric, Outcome, PrometheusQuery, ThresholdRange, TrafficRef, Webhook,
 };
 pub use crd::{crd, crd_yaml, openapi_schema};

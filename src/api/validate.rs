@@ -189,7 +189,10 @@ fn check_node(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldE
             if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
                 && n > max
             {
-                errors.push(error(path, format!("has {n} items, at most {max} are allowed")));
+                errors.push(error(
+                    path,
+                    format!("has {n} items, at most {max} are allowed"),
+                ));
             }
             if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
                 && n < min

@@ -19,6 +19,7 @@
 pub mod conditions;
 pub mod progress;
 mod resource;
+pub mod route;
 
 use std::time::Duration;
 

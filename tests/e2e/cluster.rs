@@ -279,10 +279,7 @@ fn the_server_and_validate_accept_and_reject_the_same_objects() {
         ),
         (
             "canary pause of five minutes",
-            with(
-                &["canary", "steps"],
-                json!([{"weight": 5, "pause": "5m"}]),
-            ),
+            with(&["canary", "steps"], json!([{"weight": 5, "pause": "5m"}])),
             true,
         ),
         (
