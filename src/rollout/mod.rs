@@ -16,6 +16,7 @@
 //!    A status whose `targetDeploymentGeneration` is unset then records the
 //!    generation the Deployment write produced.
 
+pub mod analysis;
 pub mod conditions;
 pub mod progress;
 mod resource;

@@ -1,0 +1,281 @@
+//! Canary analysis, the pure part: which checks are due, what exactly to
+//! ask, and what an answer means.
+//!
+//! The operator shell asks ([`Check`]) and reports what it got back
+//! ([`Reading`]); `decide` judges the readings. No data is never a pass: an
+//! empty result, NaN, more than one sample, an error or no answer is
+//! inconclusive, which holds the step without counting as a failure.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Value, json};
+
+use crate::api::{Analysis, CanaryStatus, Metric, Outcome, TrafficRef, rules};
+
+/// One check the shell is to run now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Check {
+    /// A PromQL instant query at `address` (`GET /api/v1/query`).
+    Prometheus {
+        /// The metric's name.
+        name: String,
+        /// Base URL of the Prometheus API.
+        address: String,
+        /// The query, placeholders filled in.
+        query: String,
+    },
+    /// A POST of `body` (JSON) to `url`.
+    Webhook {
+        /// The webhook's name.
+        name: String,
+        /// Where to POST.
+        url: String,
+        /// How long to wait for the answer.
+        timeout: Duration,
+        /// The canary's state.
+        body: Value,
+    },
+}
+
+impl Check {
+    /// The metric's or webhook's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Check::Prometheus { name, .. } | Check::Webhook { name, .. } => name,
+        }
+    }
+}
+
+/// What a check got back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reading {
+    /// A query's one sample.
+    Sample(f64),
+    /// A query that returned no sample.
+    NoData,
+    /// A query that returned more than one sample.
+    Several(usize),
+    /// A webhook's HTTP status.
+    Answer(u16),
+    /// No usable answer: a connection error, a timeout, an HTTP or
+    /// Prometheus error.
+    Failed(String),
+}
+
+/// One check's reading, as the shell hands it to `decide`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    /// The check's name.
+    pub name: String,
+    /// What it got back.
+    pub reading: Reading,
+}
+
+/// What fills the placeholders of a query and the webhook body.
+#[derive(Debug, Clone)]
+pub struct Subject<'a> {
+    /// `<namespace>/<name>` of the resource.
+    pub resource: &'a str,
+    /// The namespace.
+    pub namespace: &'a str,
+    /// The route and backends.
+    pub traffic: &'a TrafficRef,
+    /// The version under test.
+    pub version: &'a str,
+    /// The stable version.
+    pub stable_version: &'a str,
+    /// The step, from 1.
+    pub step: i32,
+    /// The canary's share of the traffic.
+    pub weight: i32,
+}
+
+/// Fills `{{canary}}`, `{{stable}}`, `{{namespace}}` and `{{version}}`.
+pub fn fill(query: &str, subject: &Subject) -> String {
+    query
+        .replace("{{canary}}", &subject.traffic.canary_backend)
+        .replace("{{stable}}", &subject.traffic.stable_backend)
+        .replace("{{namespace}}", subject.namespace)
+        .replace("{{version}}", subject.version)
+}
+
+/// The checks of `analysis` for `subject`.
+pub fn checks(analysis: &Analysis, subject: &Subject) -> Vec<Check> {
+    let metrics = analysis.metrics.iter().map(|m| Check::Prometheus {
+        name: m.name.clone(),
+        address: m.prometheus.address.clone(),
+        query: fill(&m.prometheus.query, subject),
+    });
+    let body = json!({
+        "resource": subject.resource,
+        "version": subject.version,
+        "stableVersion": subject.stable_version,
+        "step": subject.step,
+        "weight": subject.weight,
+        "httpRoute": subject.traffic.http_route,
+        "stableBackend": subject.traffic.stable_backend,
+        "canaryBackend": subject.traffic.canary_backend,
+    });
+    let webhooks = analysis.webhooks.iter().map(|w| Check::Webhook {
+        name: w.name.clone(),
+        url: w.url.clone(),
+        timeout: rules::parse_duration(&w.timeout).unwrap_or(Duration::from_secs(10)),
+        body: body.clone(),
+    });
+    metrics.chain(webhooks).collect()
+}
+
+/// When the next measurement of the current step is due: at once when the
+/// step has none yet, else one interval after the last.
+pub fn next_due(analysis: &Analysis, canary: &CanaryStatus) -> Option<i64> {
+    let started = canary.step_start_time.as_ref()?.0.as_second();
+    let interval = interval(analysis).as_secs() as i64;
+    let last = canary
+        .analysis
+        .iter()
+        .filter(|r| r.step == canary.step && r.time.0.as_second() >= started)
+        .map(|r| r.time.0.as_second())
+        .max();
+    Some(last.map_or(started, |t| t + interval.max(1)))
+}
+
+/// Whether a measurement is due at `now`.
+pub fn due(analysis: &Analysis, canary: &CanaryStatus, now: &Time) -> bool {
+    next_due(analysis, canary).is_some_and(|at| at <= now.0.as_second())
+}
+
+/// The analysis interval.
+pub fn interval(analysis: &Analysis) -> Duration {
+    rules::parse_duration(&analysis.interval).unwrap_or(Duration::from_secs(60))
+}
+
+/// What a metric's reading means, and why.
+pub fn judge_metric(metric: &Metric, reading: &Reading) -> (Outcome, String) {
+    let range = &metric.threshold_range;
+    match reading {
+        Reading::Sample(v) if v.is_nan() => (Outcome::Inconclusive, "NaN: no data".into()),
+        Reading::Sample(v) => {
+            let low = range.min.is_some_and(|min| *v < min);
+            let high = range.max.is_some_and(|max| *v > max);
+            let bounds = match (range.min, range.max) {
+                (Some(lo), Some(hi)) => format!("[{lo}, {hi}]"),
+                (Some(lo), None) => format!("at least {lo}"),
+                (None, Some(hi)) => format!("at most {hi}"),
+                (None, None) => "any".into(),
+            };
+            if low || high {
+                (Outcome::Fail, format!("{v} is outside {bounds}"))
+            } else {
+                (Outcome::Pass, format!("{v} is within {bounds}"))
+            }
+        }
+        Reading::NoData => (Outcome::Inconclusive, "the query returned no data".into()),
+        Reading::Several(n) => (
+            Outcome::Inconclusive,
+            format!("the query returned {n} samples; it must return one"),
+        ),
+        Reading::Answer(code) => (Outcome::Inconclusive, format!("unexpected HTTP {code}")),
+        Reading::Failed(why) => (Outcome::Inconclusive, why.clone()),
+    }
+}
+
+/// What a webhook's reading means, and why.
+pub fn judge_webhook(reading: &Reading) -> (Outcome, String) {
+    match reading {
+        Reading::Answer(code) if (200..300).contains(code) => {
+            (Outcome::Pass, format!("answered {code}"))
+        }
+        Reading::Answer(code) => (Outcome::Fail, format!("answered {code}")),
+        Reading::Failed(why) => (Outcome::Inconclusive, format!("no answer: {why}")),
+        other => (
+            Outcome::Inconclusive,
+            format!("unexpected reading {other:?}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{PrometheusQuery, ThresholdRange};
+
+    fn metric(min: Option<f64>, max: Option<f64>) -> Metric {
+        Metric {
+            name: "error-rate".into(),
+            prometheus: PrometheusQuery {
+                address: "http://p:9090".into(),
+                query: "q".into(),
+            },
+            threshold_range: ThresholdRange { min, max },
+        }
+    }
+
+    #[test]
+    fn no_data_is_never_a_pass_nor_a_failure() {
+        let m = metric(None, Some(0.01));
+        for reading in [
+            Reading::Sample(f64::NAN),
+            Reading::NoData,
+            Reading::Several(3),
+            Reading::Failed("connection refused".into()),
+        ] {
+            assert_eq!(
+                judge_metric(&m, &reading).0,
+                Outcome::Inconclusive,
+                "{reading:?}"
+            );
+        }
+        assert_eq!(
+            judge_webhook(&Reading::Failed("timed out".into())).0,
+            Outcome::Inconclusive
+        );
+    }
+
+    #[test]
+    fn thresholds_include_their_bounds() {
+        let m = metric(Some(0.5), Some(1.0));
+        assert_eq!(judge_metric(&m, &Reading::Sample(0.5)).0, Outcome::Pass);
+        assert_eq!(judge_metric(&m, &Reading::Sample(1.0)).0, Outcome::Pass);
+        let (outcome, why) = judge_metric(&m, &Reading::Sample(1.5));
+        assert_eq!(outcome, Outcome::Fail);
+        assert_eq!(why, "1.5 is outside [0.5, 1]");
+        assert_eq!(
+            judge_metric(&metric(None, Some(0.01)), &Reading::Sample(f64::INFINITY)).0,
+            Outcome::Fail
+        );
+    }
+
+    #[test]
+    fn webhooks_pass_on_2xx_only() {
+        assert_eq!(judge_webhook(&Reading::Answer(204)).0, Outcome::Pass);
+        assert_eq!(judge_webhook(&Reading::Answer(500)).0, Outcome::Fail);
+        assert_eq!(judge_webhook(&Reading::Answer(302)).0, Outcome::Fail);
+    }
+
+    #[test]
+    fn queries_name_the_backends_namespace_and_version() {
+        let traffic = TrafficRef {
+            http_route: "svc".into(),
+            rule_name: None,
+            stable_backend: "svc".into(),
+            canary_backend: "svc-canary".into(),
+        };
+        let subject = Subject {
+            resource: "ns/svc",
+            namespace: "ns",
+            traffic: &traffic,
+            version: "OpenMed/pii-v2",
+            stable_version: "OpenMed/pii-v1",
+            step: 1,
+            weight: 10,
+        };
+        assert_eq!(
+            fill(
+                r#"rate(e{service="{{canary}}",ns="{{namespace}}"}[1m]) / rate(e{service="{{stable}}",v="{{version}}"}[1m])"#,
+                &subject
+            ),
+            r#"rate(e{service="svc-canary",ns="ns"}[1m]) / rate(e{service="svc",v="OpenMed/pii-v2"}[1m])"#
+        );
+    }
+}
