@@ -77,6 +77,9 @@ pub fn stored_object(data: &[u8]) {
         let _ = rollout::decide(&Observed {
             resource: &view,
             target,
+            canary_target: target,
+            route: None,
+            measurements: &[],
             autoscaled: false,
             rivals: &[],
             claimed: &[],

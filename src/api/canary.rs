@@ -253,6 +253,11 @@ pub struct CanaryStatus {
     /// Warming, Progressing, Paused, Promoting, Promoted or Aborted.
     pub state: CanaryState,
 
+    /// The route and backends the canary moves traffic on, so its weights
+    /// go back even if `spec.canary` is removed meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_ref: Option<TrafficRef>,
+
     /// The step in effect, from 1; 0 while the canary pods warm up.
     pub step: i32,
 

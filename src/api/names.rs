@@ -46,3 +46,15 @@ pub const MANIFEST_KEY: &str = "manifest.json";
 
 /// Finalizer that lets the operator release the target on deletion.
 pub const FINALIZER: &str = "openmed.ai/release-target";
+
+/// Annotation that ends the current canary step now (any new value); a
+/// value starting with `full` promotes past every remaining step. Acted on
+/// once per value.
+pub const CANARY_PROMOTE_ANNOTATION: &str = "openmed.ai/canary-promote";
+
+/// Annotation that aborts the canary in progress (any new value). Acted on
+/// once per value.
+pub const CANARY_ABORT_ANNOTATION: &str = "openmed.ai/canary-abort";
+
+/// Annotation that holds the canary at its step while it is present.
+pub const CANARY_PAUSE_ANNOTATION: &str = "openmed.ai/canary-pause";

@@ -14,6 +14,7 @@ mod http;
 pub mod leader;
 mod metrics;
 mod model;
+mod probe;
 mod reconcile;
 mod synced;
 
@@ -401,6 +402,7 @@ async fn run_scope(
         failures: Mutex::new(std::collections::HashMap::new()),
         fence: fence.clone(),
         synced,
+        prober: probe::Prober::new(),
     });
     {
         // Ready once every cache of this scope holds a full list, however

@@ -76,6 +76,9 @@ mod tests {
             let d = crate::rollout::decide(&crate::rollout::Observed {
                 resource: &view,
                 target: None,
+                canary_target: None,
+                route: None,
+                measurements: &[],
                 autoscaled: false,
                 rivals: &[],
                 claimed: &[],

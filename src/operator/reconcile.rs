@@ -20,7 +20,10 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch,
+    PatchParams, PostParams, Preconditions,
+};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
@@ -107,6 +110,8 @@ pub struct Context {
     pub fence: Arc<super::leader::Fence>,
     /// Which caches hold a full list.
     pub synced: Arc<super::synced::Synced>,
+    /// Runs canary checks.
+    pub prober: super::probe::Prober,
 }
 
 /// Reconciles one OpenMedModel (the controller's reconcile function).
@@ -284,6 +289,9 @@ async fn remove_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Err
 struct Fresh {
     deployments: HashMap<String, Option<Deployment>>,
     config_maps: HashMap<String, Option<ConfigMap>>,
+    /// HTTPRoutes are never cached: a canary judges its weights on what
+    /// the API server holds now.
+    routes: HashMap<String, Option<serde_json::Value>>,
 }
 
 impl Fresh {
@@ -299,6 +307,7 @@ impl Fresh {
         let key = view.key();
         let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
         let mut names = vec![rollout::target_name(view)];
+        names.extend(rollout::canary_target_name(view));
         names.extend(
             ctx.deployments
                 .state()
@@ -330,6 +339,24 @@ impl Fresh {
         self.config_maps.extend(names.into_iter().zip(found));
         Ok(())
     }
+}
+
+/// `gateway.networking.k8s.io/v1` HTTPRoutes, which k8s-openapi does not type.
+fn routes(ctx: &Context, namespace: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
+    Api::namespaced_with(ctx.client.clone(), namespace, &resource)
+}
+
+/// Reads an HTTPRoute as JSON; `None` when it (or the Gateway API) is not
+/// there.
+async fn read_route(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<serde_json::Value>, kube::Error> {
+    let read = routes(ctx, namespace).get_opt(name).await?;
+    Ok(read.map(|r| serde_json::to_value(r).expect("an HTTPRoute serializes")))
 }
 
 /// Reads one object the caches do not hold yet and keeps the answer with
@@ -379,6 +406,8 @@ fn owns(config_map: &ConfigMap, view: &ResourceView, key: &str) -> bool {
 /// Everything gathered for one decision.
 struct World {
     target: Option<Deployment>,
+    canary_target: Option<Deployment>,
+    route: Option<serde_json::Value>,
     claimed: Vec<Deployment>,
     config_maps: Vec<ConfigMap>,
     rivals: Vec<Rival>,
@@ -402,11 +431,19 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     let mut live = false;
     let mut refreshed = false;
     let mut last_writes = String::new();
+    // A canary's checks, when due, run once, before the decisions that
+    // judge them.
+    let checks = rollout::analysis_checks(&current.view(), &now());
+    let measurements = if checks.is_empty() {
+        Vec::new()
+    } else {
+        ctx.prober.measure(&checks).await
+    };
     for _ in 0..MAX_PASSES {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        let decision = decide(&view, &world, ctx.settings, now.clone());
+        let decision = decide(&view, &world, &measurements, ctx.settings, now.clone());
         if !decision.writes.is_empty() && !live {
             // The resource itself is read live too: a lagging model cache
             // hands out an older spec and status, and a decision on them
@@ -491,7 +528,7 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
     for _ in 0..MAX_PASSES {
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        let decision = decide(&view, &world, ctx.settings, now.clone());
+        let decision = decide(&view, &world, &[], ctx.settings, now.clone());
         record_events(ctx, obj, &decision, &now).await;
         if decision.finished {
             remove_finalizer(api, obj).await?;
@@ -536,18 +573,28 @@ fn describe(writes: &[Write]) -> String {
             Write::ApplyConfigMap(cm) => format!("apply ConfigMap {}", cm.name_any()),
             Write::DeleteConfigMap { name, .. } => format!("delete ConfigMap {name}"),
             Write::MergePatchDeployment { name, .. } => format!("patch Deployment {name}"),
+            Write::PatchRoute { name, .. } => format!("patch HTTPRoute {name}"),
             Write::ApplyDeployment { name, .. } => format!("apply Deployment {name}"),
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-fn decide(view: &ResourceView, world: &World, settings: Settings, now: Time) -> Decision {
+fn decide(
+    view: &ResourceView,
+    world: &World,
+    measurements: &[rollout::analysis::Measurement],
+    settings: Settings,
+    now: Time,
+) -> Decision {
     let claimed: Vec<&Deployment> = world.claimed.iter().collect();
     let config_maps: Vec<&ConfigMap> = world.config_maps.iter().collect();
     rollout::decide(&Observed {
         resource: view,
         target: world.target.as_ref(),
+        canary_target: world.canary_target.as_ref(),
+        route: world.route.as_ref(),
+        measurements,
         autoscaled: world.autoscaled,
         rivals: &world.rivals,
         claimed: &claimed,
@@ -591,6 +638,34 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
             None => {
                 let api = Api::namespaced(ctx.client.clone(), namespace);
                 read_and_keep(&mut fresh.deployments, api, &target_name).await?
+            }
+        },
+    };
+
+    let canary_target = match rollout::canary_target_name(view) {
+        None => None,
+        Some(name) => match fresh.deployments.get(&name) {
+            Some(d) => d.clone(),
+            None => match ctx
+                .deployments
+                .get(&ObjectRef::new(&name).within(namespace))
+            {
+                Some(d) => Some((*d).clone()),
+                None => {
+                    let api = Api::namespaced(ctx.client.clone(), namespace);
+                    read_and_keep(&mut fresh.deployments, api, &name).await?
+                }
+            },
+        },
+    };
+    let route = match rollout::route_name(view) {
+        None => None,
+        Some(name) => match fresh.routes.get(&name) {
+            Some(r) => r.clone(),
+            None => {
+                let read = read_route(ctx, namespace, &name).await?;
+                fresh.routes.insert(name, read.clone());
+                read
             }
         },
     };
@@ -699,6 +774,8 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
 
     Ok(World {
         target,
+        canary_target,
+        route,
         claimed,
         config_maps,
         rivals,
@@ -761,6 +838,20 @@ async fn execute(
                     Err(e) => return Err(e.into()),
                 }
                 fresh.config_maps.insert(name.clone(), None);
+            }
+            Write::PatchRoute { name, patch } => {
+                let patch: json_patch::Patch = serde_json::from_value(patch.clone())
+                    .expect("decide writes a valid JSON Patch");
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_owned()),
+                    ..PatchParams::default()
+                };
+                ctx.metrics.wrote("httproutes", "patch");
+                let stored = routes(ctx, namespace)
+                    .patch(name, &params, &Patch::Json::<()>(patch))
+                    .await?;
+                let stored = serde_json::to_value(stored).expect("an HTTPRoute serializes");
+                fresh.routes.insert(name.clone(), Some(stored));
             }
             Write::MergePatchDeployment { name, patch } => {
                 let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);

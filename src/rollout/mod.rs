@@ -17,6 +17,7 @@
 //!    generation the Deployment write produced.
 
 pub mod analysis;
+mod canary;
 pub mod conditions;
 pub mod progress;
 mod resource;
@@ -29,6 +30,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
+pub use canary::{analysis_checks, canary_target_name, route_name};
 pub use resource::{ResourceView, config_map_names, is_rival, target_name, target_name_of};
 
 use crate::api::names::{
@@ -78,6 +80,13 @@ pub struct Observed<'a> {
     /// snapshot one of them references is kept, whatever `kubectl rollout
     /// undo` or a recreated pod may still need.
     pub snapshot_uses: &'a [SnapshotUse],
+    /// The canary Deployment `spec.canary.targetRef` names, if it exists.
+    pub canary_target: Option<&'a Deployment>,
+    /// The HTTPRoute of the canary ([`route_name`]), as JSON, if it exists.
+    pub route: Option<&'a Value>,
+    /// The readings of the checks [`analysis_checks`] asked for, taken
+    /// just before this decision; empty when none were due.
+    pub measurements: &'a [analysis::Measurement],
     /// Policy switches.
     pub settings: Settings,
     /// The time to stamp on conditions and events.
@@ -130,6 +139,14 @@ pub enum Write {
         /// The Deployment's name.
         name: String,
         /// The merge patch.
+        patch: Value,
+    },
+    /// A JSON Patch of an HTTPRoute's two backend weights; its `test`
+    /// operations make it fail whole on a route that changed meanwhile.
+    PatchRoute {
+        /// The HTTPRoute's name.
+        name: String,
+        /// The JSON Patch (an array of operations).
         patch: Value,
     },
     /// Server-side apply of the owned fields of a Deployment.
@@ -219,6 +236,36 @@ pub mod reason {
     /// Condition reason the shell sets while it retries after an error
     /// (an API error, a timeout): cleared by the next decision.
     pub const RETRYING_AFTER_ERROR: &str = "RetryingAfterError";
+    /// A canary began.
+    pub const CANARY_STARTED: &str = "CanaryStarted";
+    /// The canary pods warm the new model; no traffic yet.
+    pub const CANARY_WARMING: &str = "CanaryWarming";
+    /// A canary step holds, measures or moves on.
+    pub const CANARY_PROGRESSING: &str = "CanaryProgressing";
+    /// The canary's weights moved to a step.
+    pub const CANARY_WEIGHT_CHANGED: &str = "CanaryWeightChanged";
+    /// The canary waits for a person (a step without a pause, or
+    /// `openmed.ai/canary-pause`).
+    pub const CANARY_PAUSED: &str = "CanaryPaused";
+    /// `openmed.ai/canary-promote` ended a step.
+    pub const CANARY_PROMOTED_BY_HAND: &str = "CanaryPromotedByHand";
+    /// Every step passed; the stable target rolls.
+    pub const CANARY_PROMOTING: &str = "CanaryPromoting";
+    /// The stable target serves the canary's version.
+    pub const CANARY_PROMOTED: &str = "CanaryPromoted";
+    /// The canary stopped and its weights went back.
+    pub const CANARY_ABORTED: &str = "CanaryAborted";
+    /// The canary Deployment is missing, is the stable one, has no
+    /// replicas or no container of the configured name.
+    pub const CANARY_TARGET_INVALID: &str = "CanaryTargetInvalid";
+    /// The HTTPRoute, its rule or a backend is missing or ambiguous.
+    pub const ROUTE_INVALID: &str = "RouteInvalid";
+    /// Another writer changed the canary's weights.
+    pub const ROUTE_DRIFT: &str = "RouteDrift";
+    /// A measurement failed its threshold.
+    pub const ANALYSIS_FAILED: &str = "AnalysisFailed";
+    /// The latest round of measurements had no usable data.
+    pub const ANALYSIS_INCONCLUSIVE: &str = "AnalysisInconclusive";
     /// A reconcile succeeded after [`RETRYING_AFTER_ERROR`], on a path
     /// that sets no other `Reconciling` reason.
     pub const ERROR_RESOLVED: &str = "ErrorResolved";
@@ -383,7 +430,12 @@ impl<'a> Step<'a> {
             Ok(chosen) => chosen,
             Err(rejection) => return self.reject_rollback(&rejection),
         };
-        self.release_stale(&wanted);
+        let canary = spec.canary.as_ref();
+        let part = self.canary_part(canary, &desired, mode);
+        if let canary::Part::Hold(stable) = &part {
+            wanted = (**stable).clone();
+        }
+        self.release_stale(&wanted, canary.map(|c| c.target_ref.name.as_str()));
 
         let Some(target) = obs.target else {
             let name = &wanted.deployment.name;
@@ -438,9 +490,20 @@ impl<'a> Step<'a> {
                 self.status.last_rollout_time = Some(landed);
             }
         }
-        self.evaluate(mode, &desired, &wanted, target);
+        match &part {
+            canary::Part::Hold(_) => {
+                let canary = canary.expect("a canary holds the stable target");
+                self.run_canary(canary, &desired, target);
+            }
+            canary::Part::Promote | canary::Part::None => {
+                self.evaluate(mode, &desired, &wanted, target);
+                self.after_promotion();
+            }
+        }
+        self.canary_at_rest(canary, target);
         if self.writes.is_empty() {
-            self.tidy_config_maps(&desired, &wanted, target);
+            let keep = self.canary_keeps(&desired, canary);
+            self.tidy_config_maps(&desired, &wanted, target, &keep);
         }
     }
 
@@ -505,7 +568,13 @@ impl<'a> Step<'a> {
     /// The pointer waits for that moment because a pod of a template
     /// written before snapshots reads it: updating it mid-rollout would
     /// make such a pod, recreated, load the version under test.
-    fn tidy_config_maps(&mut self, desired: &Plan, wanted: &Plan, target: &Deployment) {
+    fn tidy_config_maps(
+        &mut self,
+        desired: &Plan,
+        wanted: &Plan,
+        target: &Deployment,
+        also_keep: &[String],
+    ) {
         if !progress::settled(target) {
             return;
         }
@@ -526,6 +595,7 @@ impl<'a> Step<'a> {
             name_of(&wanted.snapshot).to_owned(),
         ];
         keep.extend(template_config_map(&observed, &wanted.deployment.container));
+        keep.extend(also_keep.iter().cloned());
         let status = &self.status;
         for spec in [
             &status.last_successful_spec,
@@ -711,9 +781,11 @@ impl<'a> Step<'a> {
     /// Releases Deployments this resource no longer targets, before
     /// anything new is claimed. ConfigMaps they read are deleted later,
     /// by [`Step::tidy_config_maps`], once nothing reads them.
-    fn release_stale(&mut self, wanted: &Plan) {
+    fn release_stale(&mut self, wanted: &Plan, canary: Option<&str>) {
         for deployment in self.obs.claimed {
-            if deployment.metadata.name.as_deref() != Some(wanted.deployment.name.as_str()) {
+            let name = deployment.metadata.name.as_deref();
+            if name != Some(wanted.deployment.name.as_str()) && (canary.is_none() || name != canary)
+            {
                 self.release(deployment);
             }
         }
@@ -828,10 +900,26 @@ impl<'a> Step<'a> {
         references || (released && !progress::settled(target))
     }
 
+    /// Writes what differs on the target, and keeps the generation to
+    /// judge its progress by.
+    fn write_fields(&mut self, wanted: &Plan, target: &Deployment, changes: &Changes) {
+        // The generation to judge progress by is the one our write
+        // produces; the shell's next pass records it. Until then an unset
+        // generation also marks these writes as ours and unfinished. A
+        // metadata-only write leaves the generation, and the rollout's
+        // clock, as they are.
+        if self.push_writes(wanted, target, changes) {
+            self.status.target_deployment_generation = None;
+        } else if self.status.target_deployment_generation.is_none() {
+            self.status.target_deployment_generation = target.metadata.generation;
+        }
+    }
+
     /// Writes what differs: the snapshot (or, for a template that reads
     /// it, the pointer) before the Deployment, so no pod ever starts
-    /// with a reference to a ConfigMap that does not exist yet.
-    fn write_fields(&mut self, wanted: &Plan, target: &Deployment, changes: &Changes) {
+    /// with a reference to a ConfigMap that does not exist yet. True when
+    /// a write changes the Deployment's spec (a new generation).
+    fn push_writes(&mut self, wanted: &Plan, target: &Deployment, changes: &Changes) -> bool {
         if !changes.snapshot.is_empty() {
             self.writes
                 .push(Write::ApplyConfigMap(Box::new(wanted.snapshot.clone())));
@@ -855,19 +943,9 @@ impl<'a> Step<'a> {
                 release: false,
             });
         }
-        // The generation to judge progress by is the one our write
-        // produces; the shell's next pass records it. Until then an unset
-        // generation also marks these writes as ours and unfinished. A
-        // metadata-only write leaves the generation, and the rollout's
-        // clock, as they are.
-        if deployment_changes
+        deployment_changes
             .iter()
             .any(|c| *c != ADOPTION_LABEL && *c != "ownership annotation")
-        {
-            self.status.target_deployment_generation = None;
-        } else if self.status.target_deployment_generation.is_none() {
-            self.status.target_deployment_generation = target.metadata.generation;
-        }
     }
 
     // ---- starting rollouts and rollbacks ----

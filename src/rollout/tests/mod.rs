@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::api::names::{MANIFEST_HASH_ANNOTATION, MANIFEST_SNAPSHOT_LABEL, OPERATED_BY_LABEL};
 
+mod canary;
+
 const UID: &str = "uid-1";
 
 fn at(second: i64) -> Time {
@@ -23,6 +25,12 @@ struct World {
     resource: ResourceView,
     deployment: Option<Value>,
     other_deployments: Vec<Value>,
+    /// The canary Deployment, when the test has one.
+    canary: Option<Value>,
+    /// The HTTPRoute, when the test has one.
+    route: Option<Value>,
+    /// What the shell measured before the next decision.
+    measurements: Vec<analysis::Measurement>,
     config_maps: Vec<ConfigMap>,
     /// Snapshots that ReplicaSets reference.
     replica_sets: Vec<SnapshotUse>,
@@ -74,6 +82,9 @@ impl World {
             },
             deployment: Some(deployment("svc")),
             other_deployments: Vec::new(),
+            canary: None,
+            route: None,
+            measurements: Vec::new(),
             config_maps: Vec::new(),
             replica_sets: Vec::new(),
             rivals: Vec::new(),
@@ -113,9 +124,13 @@ impl World {
             .iter()
             .find(|t| t.metadata.name.as_deref() == Some(&name));
         let cms: Vec<&ConfigMap> = self.config_maps.iter().collect();
+        let canary = self.canary.as_ref().map(Self::typed);
         decide(&Observed {
             resource: &self.resource,
             target,
+            canary_target: canary.as_ref(),
+            route: self.route.as_ref(),
+            measurements: &self.measurements,
             autoscaled: self.autoscaled,
             rivals: &self.rivals,
             claimed: &claimed,
@@ -195,10 +210,22 @@ impl World {
                     .unwrap()
                     .remove("rollingUpdate");
             }
+            Write::PatchRoute { name, patch } => {
+                let route = self
+                    .route
+                    .as_mut()
+                    .filter(|r| r["metadata"]["name"] == json!(name))
+                    .expect("a patch of an existing HTTPRoute");
+                let patch: json_patch::Patch = serde_json::from_value(patch.clone()).unwrap();
+                json_patch::patch(route, &patch).expect("the API server accepts the patch");
+                let generation = route["metadata"]["generation"].as_i64().unwrap_or(1);
+                route["metadata"]["generation"] = json!(generation + 1);
+            }
             Write::ApplyDeployment { name, body, .. } => {
                 let landed = json!(at(self.now + self.server_ahead));
                 let target = std::iter::once(&mut self.deployment)
                     .flatten()
+                    .chain(self.canary.iter_mut())
                     .chain(self.other_deployments.iter_mut())
                     .find(|d| d["metadata"]["name"] == json!(name))
                     .expect("apply on an existing Deployment");
@@ -1348,7 +1375,7 @@ fn a_crash_between_the_write_and_the_generation_record_converges() {
 #[test]
 fn a_status_written_by_the_earlier_operator_is_adopted_without_a_pod_restart() {
     let vector: Value =
-        serde_json::from_str(include_str!("../../tests/vectors/basic-v1.json")).unwrap();
+        serde_json::from_str(include_str!("../../../tests/vectors/basic-v1.json")).unwrap();
     let mut w = World::new(vector["resource"]["spec"].clone());
     w.resource.name = "openmed-service".into();
     w.resource.namespace = "openmed".into();

@@ -1,0 +1,838 @@
+//! Canaries: a new version on the canary Deployment, traffic moved step by
+//! step on one HTTPRoute rule, analysis between steps, then promotion (the
+//! stable Deployment rolls) or abort (the weights go back at once).
+//!
+//! Like the rest of `decide`, every step is recorded in the status before
+//! anything is written, and is judged from what is observed:
+//!
+//! - A step's weight counts as moved only once the route shows it; its
+//!   pause runs from then. A route showing the weights before the step is
+//!   our unfinished write (written again); any other weights are another
+//!   writer's, and the canary pauses with `RouteDrift` rather than fight.
+//! - The weight stays 0 until the canary Deployment is available on its
+//!   new template; its progress deadline, or the same time counted by the
+//!   operator from the canary's start, aborts.
+//! - No data is never a pass: a step ends only on a round of analysis in
+//!   which every check passed (or on a promote).
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
+
+use super::ResourceView;
+use super::analysis::{self, Check, Subject};
+use super::conditions::{DEGRADED, PROGRESSING, READY, RECONCILING, ROLLED_BACK, STALLED};
+use super::progress::{self, Progress};
+use super::route::{self, Slots};
+use super::{EventType, Mode, Plan, Step, Write, name_of, reason, template_config_map};
+use crate::api::names::{
+    CANARY_ABORT_ANNOTATION, CANARY_PAUSE_ANNOTATION, CANARY_PROMOTE_ANNOTATION,
+};
+use crate::api::{
+    AnalysisResult, BackendWeights, Canary, CanaryState, CanaryStatus, OpenMedModelSpec, Outcome,
+    Phase, TargetRef,
+};
+use crate::plan;
+
+/// How many measurements the status keeps.
+const KEPT_RESULTS: usize = 20;
+
+/// The canary's part in this decision.
+#[derive(Debug)]
+pub(super) enum Part {
+    /// No canary: the stable target gets the spec, as without one.
+    None,
+    /// The stable target keeps this plan while the canary runs, or after
+    /// the canary of this very spec was aborted.
+    Hold(Box<Plan>),
+    /// Every step passed: the stable target rolls to the spec.
+    Promote,
+}
+
+impl Step<'_> {
+    /// Decides what the canary asks of the stable target, ending a canary
+    /// the spec no longer asks for and starting one it does.
+    pub(super) fn canary_part(
+        &mut self,
+        canary: Option<&Canary>,
+        desired: &Plan,
+        mode: Mode,
+    ) -> Part {
+        if let Some(c) = &self.status.canary
+            && !c.state.is_over()
+        {
+            let why = if mode != Mode::Forward {
+                Some("a rollback was asked for".to_owned())
+            } else if canary.is_none() {
+                Some("spec.canary was removed".to_owned())
+            } else if c.spec_hash != desired.spec_hash {
+                Some(format!(
+                    "the spec changed to {}",
+                    desired.normalized.version
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                let message = format!("canary of {} ended: {why}", c.version);
+                self.end_canary(CanaryState::Aborted, &message);
+                self.event(EventType::Normal, reason::CANARY_ABORTED, message);
+            }
+        }
+        let (Some(_), Mode::Forward) = (canary, mode) else {
+            return Part::None;
+        };
+        let Some(stable_spec) = self.old.last_successful_spec.clone() else {
+            // The first version has nothing to compare with.
+            return Part::None;
+        };
+        let stable = self.plan(&stable_spec);
+        if stable.manifest_hash == desired.manifest_hash {
+            // The same model (replicas, strategy): nothing to try.
+            return Part::None;
+        }
+        let current = self
+            .status
+            .canary
+            .as_ref()
+            .filter(|c| c.spec_hash == desired.spec_hash);
+        match current.map(|c| (c.state, c.aborted_generation)) {
+            Some((CanaryState::Promoting | CanaryState::Promoted, _)) => Part::Promote,
+            Some((CanaryState::Aborted, Some(g))) if g == self.generation() => {
+                Part::Hold(Box::new(stable))
+            }
+            Some((CanaryState::Aborted, _)) | None => {
+                // A canary starts from a stable target at rest; a change
+                // made while the stable one is itself rolling goes to it
+                // directly.
+                if self.old.applied_spec_hash.as_deref() != Some(stable.spec_hash.as_str()) {
+                    return Part::None;
+                }
+                self.start_canary(canary.expect("checked above"), desired, &stable);
+                Part::Hold(Box::new(stable))
+            }
+            Some(_) => Part::Hold(Box::new(stable)),
+        }
+    }
+
+    fn start_canary(&mut self, canary: &Canary, desired: &Plan, stable: &Plan) {
+        let version = desired.normalized.version.clone();
+        let message = format!(
+            "trying {version} on Deployment {} (the stable Deployment serves {})",
+            canary.target_ref.name, stable.normalized.version
+        );
+        self.status.canary = Some(CanaryStatus {
+            version: version.clone(),
+            spec_hash: desired.spec_hash.clone(),
+            state: CanaryState::Warming,
+            traffic_ref: Some(canary.traffic_ref.clone()),
+            start_time: Some(self.obs.now.clone()),
+            message: message.clone(),
+            ..CanaryStatus::default()
+        });
+        self.event(EventType::Normal, reason::CANARY_STARTED, message);
+    }
+
+    /// The plan of `spec` for the canary Deployment: the same manifest and
+    /// snapshot, the canary's name and container, and never its replicas.
+    pub(super) fn canary_plan(&self, spec: &OpenMedModelSpec, canary: &Canary) -> Plan {
+        let mut spec = spec.clone();
+        spec.target_ref = TargetRef {
+            name: Some(canary.target_ref.name.clone()),
+            container_name: canary.target_ref.container_name.clone(),
+        };
+        spec.replicas = None;
+        plan::plan(&self.obs.resource.id(), &spec, Default::default())
+    }
+
+    /// One pass of a canary in progress (the stable target is as it should
+    /// be): the canary Deployment, then the step.
+    pub(super) fn run_canary(&mut self, canary: &Canary, desired: &Plan, stable: &Deployment) {
+        let Some(mut c) = self.status.canary.clone() else {
+            return;
+        };
+        if c.state == CanaryState::Aborted {
+            return;
+        }
+        if let Some(token) = self.gate(CANARY_ABORT_ANNOTATION, c.abort_handled.as_deref()) {
+            c.abort_handled = Some(token);
+            self.status.canary = Some(c);
+            let who = format!("{CANARY_ABORT_ANNOTATION} asks to abort");
+            return self.abort_canary(&who);
+        }
+        let name = canary.target_ref.name.clone();
+        if Some(name.as_str()) == stable.metadata.name.as_deref() {
+            return self.canary_waits(
+                &mut c,
+                reason::CANARY_TARGET_INVALID,
+                format!("spec.canary.targetRef names the stable Deployment {name}; name a second Deployment"),
+            );
+        }
+        let Some(target) = self.obs.canary_target else {
+            let message = format!("canary Deployment {name} not found");
+            if c.state == CanaryState::Warming {
+                return self.warming(&mut c, desired, None, &message);
+            }
+            return self.canary_waits(&mut c, reason::CANARY_TARGET_INVALID, message);
+        };
+        let mut candidate = self.canary_plan(&desired.normalized, canary);
+        self.share_snapshot(&mut candidate, stable);
+        let mut copy = serde_json::to_value(target).expect("a Deployment serializes");
+        if let Err(missing) = candidate.deployment.apply_to(&mut copy) {
+            return self.canary_waits(&mut c, reason::CANARY_TARGET_INVALID, missing.to_string());
+        }
+        let changes = self.changes(&candidate, target);
+        if changes.any() {
+            if self.push_writes(&candidate, target, &changes) {
+                c.target_generation = None;
+            }
+            self.status.canary = Some(c);
+            return;
+        }
+        if c.target_generation.is_none() {
+            c.target_generation = target.metadata.generation;
+            if let Some(landed) = progress::applied_at(target) {
+                c.start_time = Some(landed);
+            }
+        }
+        if c.state == CanaryState::Warming {
+            self.warming(&mut c, desired, Some(target), "");
+        }
+        if c.state != CanaryState::Warming && c.state != CanaryState::Aborted {
+            self.stepping(&mut c, canary);
+        }
+    }
+
+    /// The canary's snapshot is the stable plan's, with the same owners,
+    /// so the two applies of one ConfigMap never disagree.
+    fn share_snapshot(&self, candidate: &mut Plan, stable: &Deployment) {
+        if let (Some(name), Some(uid)) = (&stable.metadata.name, &stable.metadata.uid) {
+            plan::owned_by_target(&mut candidate.snapshot, name, uid);
+        }
+    }
+
+    /// Warming: no traffic until the canary is available on its template.
+    fn warming(
+        &mut self,
+        c: &mut CanaryStatus,
+        desired: &Plan,
+        target: Option<&Deployment>,
+        problem: &str,
+    ) {
+        let deadline = desired
+            .normalized
+            .rollout_strategy
+            .progress_deadline_seconds;
+        let started = c.start_time.clone().unwrap_or_else(|| self.obs.now.clone());
+        let elapsed = self.obs.now.0.as_second() - started.0.as_second();
+        let progress = target.map(|t| {
+            progress::judge(
+                t,
+                c.target_generation.unwrap_or(0),
+                Some(&started),
+                &self.obs.now,
+            )
+        });
+        if target.is_some_and(|t| progress::wanted_replicas(t) == 0) {
+            let name = target
+                .and_then(|t| t.metadata.name.clone())
+                .unwrap_or_default();
+            return self.canary_waits(
+                c,
+                reason::CANARY_TARGET_INVALID,
+                format!("canary Deployment {name} has 0 replicas; scale it up"),
+            );
+        }
+        match progress {
+            Some(Progress::Complete) => {
+                // The first step starts in this same decision.
+                c.step = 1;
+                c.state = CanaryState::Progressing;
+                c.message = format!("{} is available on the canary", c.version);
+                self.status.canary = Some(c.clone());
+            }
+            Some(Progress::Failed { message, .. }) => {
+                self.status.canary = Some(c.clone());
+                self.abort_canary(&format!(
+                    "{} did not become available: {message}",
+                    c.version
+                ));
+            }
+            _ if elapsed > i64::from(deadline) => {
+                self.status.canary = Some(c.clone());
+                let why = if problem.is_empty() {
+                    format!("not available after {deadline} s")
+                } else {
+                    problem.to_owned()
+                };
+                self.abort_canary(&format!(
+                    "{} did not become available within the progress deadline: {why}",
+                    c.version
+                ));
+            }
+            _ => {
+                let message = if problem.is_empty() {
+                    format!("warming {} on the canary; no traffic yet", c.version)
+                } else {
+                    format!("{problem}; the canary is aborted {deadline} s after it started")
+                };
+                c.message = message.clone();
+                self.status.canary = Some(c.clone());
+                self.canary_conditions(reason::CANARY_WARMING, false, &message);
+                let left = i64::from(deadline) + 1 - elapsed;
+                self.look_again(Duration::from_secs(left.max(1) as u64));
+            }
+        }
+    }
+
+    /// A step: move the weights, hold, measure, then the next step.
+    fn stepping(&mut self, c: &mut CanaryStatus, canary: &Canary) {
+        let traffic = &canary.traffic_ref;
+        let namespace = self.obs.resource.namespace.clone();
+        let slots = match self.obs.route {
+            Some(r) => route::locate(r, traffic, &namespace),
+            None => Err(format!("HTTPRoute {} not found", traffic.http_route)),
+        };
+        let slots = match slots {
+            Ok(slots) => slots,
+            Err(problem) => return self.canary_waits(c, reason::ROUTE_INVALID, problem),
+        };
+        let index = (c.step.max(1) - 1) as usize;
+        let Some(step) = canary.steps.get(index).cloned() else {
+            return self.promote(c);
+        };
+        let target = route::step_weights(step.weight);
+        if c.step_start_time.is_none() {
+            let restore = *c.restore_weights.get_or_insert(slots.weights);
+            let before = if index == 0 {
+                restore
+            } else {
+                route::step_weights(canary.steps[index - 1].weight)
+            };
+            if slots.weights == target {
+                c.weight = step.weight;
+                c.step_start_time = Some(self.obs.now.clone());
+                c.state = CanaryState::Progressing;
+                c.message = format!(
+                    "step {} of {}: {} at {}%",
+                    c.step,
+                    canary.steps.len(),
+                    c.version,
+                    step.weight
+                );
+                self.status.canary = Some(c.clone());
+                self.canary_conditions(reason::CANARY_PROGRESSING, false, &c.message.clone());
+                self.look_again(Duration::from_secs(1));
+            } else if slots.weights == before {
+                self.writes.push(Write::PatchRoute {
+                    name: traffic.http_route.clone(),
+                    patch: route::weight_patch(&slots, traffic, target),
+                });
+                self.event(
+                    EventType::Normal,
+                    reason::CANARY_WEIGHT_CHANGED,
+                    format!(
+                        "step {} of {}: {} at {}% ({} {}, {} {})",
+                        c.step,
+                        canary.steps.len(),
+                        c.version,
+                        step.weight,
+                        traffic.stable_backend,
+                        target.stable,
+                        traffic.canary_backend,
+                        target.canary
+                    ),
+                );
+                self.status.canary = Some(c.clone());
+            } else {
+                self.route_drift(c, &slots, traffic, before);
+            }
+            return;
+        }
+        if slots.weights != target {
+            return self.route_drift(c, &slots, traffic, target);
+        }
+        if self
+            .obs
+            .resource
+            .annotations
+            .contains_key(CANARY_PAUSE_ANNOTATION)
+        {
+            return self.canary_waits(
+                c,
+                reason::CANARY_PAUSED,
+                format!("paused by {CANARY_PAUSE_ANNOTATION}; remove it to go on"),
+            );
+        }
+        if let Some(token) = self.gate(CANARY_PROMOTE_ANNOTATION, c.promote_handled.as_deref()) {
+            let full = token.starts_with("full");
+            c.promote_handled = Some(token);
+            let message = if full {
+                format!(
+                    "{CANARY_PROMOTE_ANNOTATION} promotes {} past every step",
+                    c.version
+                )
+            } else {
+                format!("{CANARY_PROMOTE_ANNOTATION} ends step {}", c.step)
+            };
+            self.event(EventType::Normal, reason::CANARY_PROMOTED_BY_HAND, message);
+            return if full {
+                self.promote(c)
+            } else {
+                self.next_step(c, canary)
+            };
+        }
+        let now = self.obs.now.0.as_second();
+        let started = c.step_start_time.as_ref().map_or(now, |t| t.0.as_second());
+        let pause = step
+            .pause
+            .as_deref()
+            .and_then(crate::api::rules::parse_duration);
+        let pause_over = pause.map(|p| now >= started + p.as_secs() as i64);
+        let verdict = match &canary.analysis {
+            None => Verdict::Passed,
+            Some(analysis) => {
+                if analysis::due(analysis, c, &self.obs.now) && !self.obs.measurements.is_empty() {
+                    self.record_round(c, canary);
+                    if c.state == CanaryState::Aborted {
+                        return;
+                    }
+                }
+                if let Some(at) = analysis::next_due(analysis, c) {
+                    self.look_again(Duration::from_secs((at - now).max(1) as u64));
+                }
+                latest_round(c)
+            }
+        };
+        if let Some(p) = pause {
+            let left = started + p.as_secs() as i64 - now;
+            if left > 0 {
+                self.look_again(Duration::from_secs(left as u64));
+            }
+        }
+        match (pause_over, verdict) {
+            (Some(true), Verdict::Passed) => self.next_step(c, canary),
+            (_, Verdict::Inconclusive(why)) => self.canary_waits(
+                c,
+                reason::ANALYSIS_INCONCLUSIVE,
+                format!(
+                    "analysis inconclusive at step {}: {why}; measuring again",
+                    c.step
+                ),
+            ),
+            (None, Verdict::Passed) => self.canary_waits(
+                c,
+                reason::CANARY_PAUSED,
+                format!(
+                    "step {} has no pause: waiting for {CANARY_PROMOTE_ANNOTATION}",
+                    c.step
+                ),
+            ),
+            _ => {
+                c.state = CanaryState::Progressing;
+                c.message = format!(
+                    "step {} of {}: {} at {}%",
+                    c.step,
+                    canary.steps.len(),
+                    c.version,
+                    c.weight
+                );
+                let message = c.message.clone();
+                self.status.canary = Some(c.clone());
+                self.canary_conditions(reason::CANARY_PROGRESSING, false, &message);
+            }
+        }
+    }
+
+    /// Judges the shell's readings and records them; too many failures
+    /// abort.
+    fn record_round(&mut self, c: &mut CanaryStatus, canary: &Canary) {
+        let Some(analysis) = &canary.analysis else {
+            return;
+        };
+        let mut failed = Vec::new();
+        for m in self.obs.measurements {
+            let (outcome, message) = match analysis.metrics.iter().find(|x| x.name == m.name) {
+                Some(metric) => analysis::judge_metric(metric, &m.reading),
+                None => analysis::judge_webhook(&m.reading),
+            };
+            if outcome == Outcome::Fail {
+                c.failures += 1;
+                failed.push(format!("{}: {message}", m.name));
+            }
+            c.analysis.push(AnalysisResult {
+                time: self.obs.now.clone(),
+                name: m.name.clone(),
+                step: c.step,
+                outcome,
+                message,
+            });
+        }
+        let excess = c.analysis.len().saturating_sub(KEPT_RESULTS);
+        c.analysis.drain(..excess);
+        self.status.canary = Some(c.clone());
+        if failed.is_empty() {
+            return;
+        }
+        let failed = failed.join("; ");
+        self.event(
+            EventType::Warning,
+            reason::ANALYSIS_FAILED,
+            format!(
+                "step {}: {failed} (failure {} of at most {} tolerated)",
+                c.step, c.failures, analysis.failure_limit
+            ),
+        );
+        if c.failures > analysis.failure_limit {
+            self.abort_canary(&format!(
+                "analysis failed {} times, more than failureLimit {}: {failed}",
+                c.failures, analysis.failure_limit
+            ));
+            *c = self.status.canary.clone().unwrap_or_default();
+        }
+    }
+
+    fn next_step(&mut self, c: &mut CanaryStatus, canary: &Canary) {
+        if c.step as usize >= canary.steps.len() {
+            return self.promote(c);
+        }
+        c.step += 1;
+        c.step_start_time = None;
+        c.state = CanaryState::Progressing;
+        c.message = format!("step {} of {}: moving traffic", c.step, canary.steps.len());
+        let message = c.message.clone();
+        self.status.canary = Some(c.clone());
+        self.canary_conditions(reason::CANARY_PROGRESSING, false, &message);
+        // The weights move in this same decision.
+        self.stepping(c, canary);
+    }
+
+    fn promote(&mut self, c: &mut CanaryStatus) {
+        c.state = CanaryState::Promoting;
+        c.message = format!(
+            "every step passed; the stable Deployment rolls to {}",
+            c.version
+        );
+        let message = c.message.clone();
+        self.status.canary = Some(c.clone());
+        self.event(EventType::Normal, reason::CANARY_PROMOTING, message);
+        self.look_again(Duration::from_secs(1));
+    }
+
+    /// After the stable target's rollout of a promoted canary: done when
+    /// it is Ready, aborted when it failed.
+    pub(super) fn after_promotion(&mut self) {
+        let Some(c) = self.status.canary.clone() else {
+            return;
+        };
+        if c.state != CanaryState::Promoting {
+            return;
+        }
+        match self.status.phase {
+            Some(Phase::Ready) => {
+                let message = format!("{} is stable; the weights go back", c.version);
+                self.end_canary(CanaryState::Promoted, &message);
+                self.event(EventType::Normal, reason::CANARY_PROMOTED, message);
+            }
+            Some(Phase::RolledBack | Phase::Failed) => {
+                let message = format!(
+                    "the stable rollout of {} failed; the weights go back",
+                    c.version
+                );
+                self.end_canary(CanaryState::Aborted, &message);
+                self.event(EventType::Warning, reason::CANARY_ABORTED, message);
+            }
+            _ => {}
+        }
+    }
+
+    /// Stops the canary for good: the weights go back (in
+    /// [`Step::canary_at_rest`]), the stable version stays, and this spec
+    /// is not tried again until it changes.
+    fn abort_canary(&mut self, why: &str) {
+        let Some(c) = self.status.canary.clone() else {
+            return;
+        };
+        let stable = self.status.active_version.clone().unwrap_or_default();
+        let message = format!(
+            "canary of {} aborted: {why}; {stable} still serves all traffic",
+            c.version
+        );
+        self.end_canary(CanaryState::Aborted, &message);
+        if let Some(c) = self.status.canary.as_mut() {
+            c.aborted_generation = Some(self.obs.resource.generation);
+        }
+        self.status.failed_spec_hash = Some(c.spec_hash.clone());
+        self.status.phase = Some(Phase::RolledBack);
+        let why = reason::CANARY_ABORTED;
+        self.condition(READY, false, why, message.clone());
+        self.condition(PROGRESSING, false, why, message.clone());
+        self.condition(DEGRADED, true, why, message.clone());
+        self.condition(ROLLED_BACK, true, why, message.clone());
+        self.condition(RECONCILING, false, why, message.clone());
+        self.condition(STALLED, true, why, message.clone());
+        self.event(EventType::Warning, why, message);
+    }
+
+    /// Marks the canary over; the weights are restored by
+    /// [`Step::canary_at_rest`].
+    fn end_canary(&mut self, state: CanaryState, message: &str) {
+        if let Some(c) = self.status.canary.as_mut() {
+            c.state = state;
+            c.message = message.to_owned();
+        }
+    }
+
+    /// The canary cannot go on until a person acts (or the world changes).
+    fn canary_waits(&mut self, c: &mut CanaryStatus, why: &'static str, message: String) {
+        let entering = c.state != CanaryState::Paused || c.message != message;
+        c.state = if c.state == CanaryState::Warming {
+            CanaryState::Warming
+        } else {
+            CanaryState::Paused
+        };
+        c.message = message.clone();
+        self.status.canary = Some(c.clone());
+        if entering {
+            self.event(EventType::Normal, why, message.clone());
+        }
+        self.canary_conditions(why, true, &message);
+    }
+
+    /// Another writer changed the weights: say so, write nothing.
+    fn route_drift(
+        &mut self,
+        c: &mut CanaryStatus,
+        slots: &Slots,
+        traffic: &crate::api::TrafficRef,
+        expected: BackendWeights,
+    ) {
+        let message = format!(
+            "HTTPRoute {} weights were changed by another writer ({} {}, {} {}; expected {} and {}); the canary waits until they are {} and {} again or it is aborted. A GitOps tool must ignore /spec/rules/{}/backendRefs/*/weight (docs/canary.md)",
+            traffic.http_route,
+            traffic.stable_backend,
+            slots.weights.stable,
+            traffic.canary_backend,
+            slots.weights.canary,
+            expected.stable,
+            expected.canary,
+            expected.stable,
+            expected.canary,
+            slots.rule
+        );
+        self.canary_waits(c, reason::ROUTE_DRIFT, message);
+    }
+
+    /// The value of a gate annotation not yet acted on.
+    fn gate(&self, annotation: &str, handled: Option<&str>) -> Option<String> {
+        let value = self.obs.resource.annotations.get(annotation)?;
+        (Some(value.as_str()) != handled).then(|| value.clone())
+    }
+
+    fn canary_conditions(&mut self, why: &str, stalled: bool, message: &str) {
+        self.status.phase = Some(Phase::Canary);
+        self.condition(READY, false, why, message);
+        self.condition(PROGRESSING, !stalled, why, message);
+        self.condition(DEGRADED, false, why, message);
+        self.condition(RECONCILING, true, why, message);
+        self.condition(STALLED, stalled, why, message);
+    }
+
+    fn look_again(&mut self, after: Duration) {
+        self.requeue_after = Some(self.requeue_after.map_or(after, |d| d.min(after)));
+    }
+
+    /// Outside a canary: the weights of the last one go back, and the
+    /// canary Deployment serves the last successful version.
+    pub(super) fn canary_at_rest(&mut self, canary: Option<&Canary>, stable: &Deployment) {
+        self.restore_route();
+        let Some(canary) = canary else {
+            return;
+        };
+        if self
+            .status
+            .canary
+            .as_ref()
+            .is_some_and(|c| !c.state.is_over())
+        {
+            return;
+        }
+        let (Some(target), Some(last)) = (
+            self.obs.canary_target,
+            self.status.last_successful_spec.clone(),
+        ) else {
+            return;
+        };
+        if target.metadata.name == stable.metadata.name {
+            return;
+        }
+        let mut follow = self.canary_plan(&last, canary);
+        self.share_snapshot(&mut follow, stable);
+        let mut copy = serde_json::to_value(target).expect("a Deployment serializes");
+        if follow.deployment.apply_to(&mut copy).is_err() {
+            return;
+        }
+        let changes = self.changes(&follow, target);
+        if changes.any() {
+            self.push_writes(&follow, target, &changes);
+        }
+    }
+
+    /// Puts back the weights a canary that is over moved.
+    fn restore_route(&mut self) {
+        let Some(mut c) = self.status.canary.clone() else {
+            return;
+        };
+        let (Some(restore), Some(traffic)) = (c.restore_weights, c.traffic_ref.clone()) else {
+            return;
+        };
+        if !c.state.is_over() || c.weight == restore.canary {
+            return;
+        }
+        let namespace = self.obs.resource.namespace.clone();
+        let slots = self
+            .obs
+            .route
+            .and_then(|r| route::locate(r, &traffic, &namespace).ok());
+        let Some(slots) = slots else {
+            // No route, or not this shape any more: nothing of ours is left.
+            c.weight = restore.canary;
+            self.status.canary = Some(c);
+            return;
+        };
+        let ours = route::step_weights(c.weight);
+        if slots.weights == restore {
+            c.weight = restore.canary;
+            self.status.canary = Some(c);
+        } else if slots.weights == ours || c.step_start_time.is_none() {
+            self.writes.push(Write::PatchRoute {
+                name: traffic.http_route.clone(),
+                patch: route::weight_patch(&slots, &traffic, restore),
+            });
+        } else {
+            // Another writer set other weights: theirs stand.
+            c.weight = restore.canary;
+            self.status.canary = Some(c);
+        }
+    }
+
+    /// Keeps what a canary reads from being tidied away.
+    pub(super) fn canary_keeps(&self, desired: &Plan, canary: Option<&Canary>) -> Vec<String> {
+        let mut keep = Vec::new();
+        if self
+            .status
+            .canary
+            .as_ref()
+            .is_some_and(|c| !c.state.is_over())
+        {
+            keep.push(name_of(&desired.snapshot).to_owned());
+        }
+        if let (Some(target), Some(canary)) = (self.obs.canary_target, canary) {
+            let observed = serde_json::to_value(target).expect("a Deployment serializes");
+            keep.extend(template_config_map(
+                &observed,
+                &canary.target_ref.container_name,
+            ));
+        }
+        keep
+    }
+}
+
+/// What the latest round of analysis at the current step says.
+enum Verdict {
+    /// Every check of the round passed.
+    Passed,
+    /// No round yet, or one with a check that was inconclusive.
+    Inconclusive(String),
+    /// A check failed, within the failures tolerated: measure again.
+    Failed,
+}
+
+fn latest_round(c: &CanaryStatus) -> Verdict {
+    let started = c.step_start_time.as_ref().map(|t| t.0.as_second());
+    let at_step: Vec<&AnalysisResult> = c
+        .analysis
+        .iter()
+        .filter(|r| r.step == c.step && started.is_some_and(|s| r.time.0.as_second() >= s))
+        .collect();
+    let Some(last) = at_step.iter().map(|r| r.time.0.as_second()).max() else {
+        return Verdict::Inconclusive("no measurement at this step yet".into());
+    };
+    let round: Vec<&&AnalysisResult> = at_step
+        .iter()
+        .filter(|r| r.time.0.as_second() == last)
+        .collect();
+    let with = |outcome: Outcome| -> Vec<String> {
+        round
+            .iter()
+            .filter(|r| r.outcome == outcome)
+            .map(|r| format!("{}: {}", r.name, r.message))
+            .collect()
+    };
+    let (inconclusive, failed) = (with(Outcome::Inconclusive), with(Outcome::Fail));
+    if !inconclusive.is_empty() {
+        Verdict::Inconclusive(inconclusive.join("; "))
+    } else if !failed.is_empty() {
+        Verdict::Failed
+    } else {
+        Verdict::Passed
+    }
+}
+
+/// The checks due for `resource` at `now`, empty when none are: the shell
+/// runs them and hands the readings to `decide`.
+pub fn analysis_checks(resource: &ResourceView, now: &Time) -> Vec<Check> {
+    let Ok(spec) = serde_json::from_value::<OpenMedModelSpec>(resource.spec.clone()) else {
+        return Vec::new();
+    };
+    let (Some(canary), Some(c)) = (&spec.canary, &resource.status.canary) else {
+        return Vec::new();
+    };
+    let Some(analysis) = &canary.analysis else {
+        return Vec::new();
+    };
+    let measuring = matches!(c.state, CanaryState::Progressing | CanaryState::Paused)
+        && c.spec_hash
+            == resource
+                .status
+                .desired_spec_hash
+                .clone()
+                .unwrap_or_default()
+        && !resource.annotations.contains_key(CANARY_PAUSE_ANNOTATION);
+    if !measuring || !analysis::due(analysis, c, now) {
+        return Vec::new();
+    }
+    let key = resource.key();
+    let stable = resource.status.active_version.clone().unwrap_or_default();
+    let subject = Subject {
+        resource: &key,
+        namespace: &resource.namespace,
+        traffic: &canary.traffic_ref,
+        version: &c.version,
+        stable_version: &stable,
+        step: c.step,
+        weight: c.weight,
+    };
+    analysis::checks(analysis, &subject)
+}
+
+/// The canary Deployment `spec.canary` names, if any.
+pub fn canary_target_name(resource: &ResourceView) -> Option<String> {
+    let name = resource.spec.pointer("/canary/targetRef/name")?.as_str()?;
+    Some(name.to_owned())
+}
+
+/// The HTTPRoute a canary moves (or last moved) traffic on, if any.
+pub fn route_name(resource: &ResourceView) -> Option<String> {
+    if let Some(name) = resource
+        .spec
+        .pointer("/canary/trafficRef/httpRoute")
+        .and_then(Value::as_str)
+    {
+        return Some(name.to_owned());
+    }
+    let c = resource.status.canary.as_ref()?;
+    Some(c.traffic_ref.as_ref()?.http_route.clone())
+}

@@ -1,0 +1,518 @@
+//! Canaries, through the same simulated world: a canary Deployment moved
+//! by hand like the stable one, and an HTTPRoute that takes JSON Patches.
+
+use super::*;
+use crate::api::names::{
+    CANARY_ABORT_ANNOTATION, CANARY_PAUSE_ANNOTATION, CANARY_PROMOTE_ANNOTATION,
+};
+use crate::api::{CanaryState, CanaryStatus};
+use analysis::{Measurement, Reading};
+
+fn canary_spec(version: &str, steps: Value, analysis: Option<Value>) -> Value {
+    let mut canary = json!({
+        "targetRef": {"name": "svc-canary"},
+        "trafficRef": {"httpRoute": "svc", "ruleName": "main",
+                       "stableBackend": "svc", "canaryBackend": "svc-canary"},
+        "steps": steps,
+    });
+    if let Some(a) = analysis {
+        canary["analysis"] = a;
+    }
+    let mut s = spec(version);
+    s["canary"] = canary;
+    s["rolloutStrategy"] = json!({"progressDeadlineSeconds": 60});
+    s
+}
+
+fn route() -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "svc", "namespace": "ns", "generation": 1},
+        "spec": {"rules": [
+            {"name": "docs", "backendRefs": [{"name": "docs", "port": 80, "weight": 1}]},
+            {"name": "main", "backendRefs": [
+                {"name": "svc", "port": 8080, "weight": 100},
+                {"name": "svc-canary", "port": 8080, "weight": 0}]},
+        ]},
+    })
+}
+
+fn error_rate() -> Value {
+    json!({"interval": "10s", "failureLimit": 1, "metrics": [{
+        "name": "error-rate", "thresholdRange": {"max": 0.01},
+        "prometheus": {"address": "http://prometheus:9090",
+                       "query": "errors{service=\"{{canary}}\"}"}}]})
+}
+
+impl World {
+    /// v1 Ready on the stable Deployment, with a canary Deployment and a
+    /// route at rest, and the canary block in the spec.
+    fn canary_ready(steps: Value, analysis: Option<Value>) -> World {
+        let mut w = World::new(canary_spec("v1", steps, analysis));
+        let mut canary = deployment("svc-canary");
+        canary["spec"]["replicas"] = json!(1);
+        w.canary = Some(canary);
+        w.route = Some(route());
+        w.reconcile();
+        w.pods_ready();
+        w.now += 10;
+        w.reconcile();
+        assert_eq!(w.status().phase, Some(Phase::Ready));
+        // At rest the canary Deployment serves the stable version.
+        w.canary_pods_ready();
+        w.reconcile();
+        assert_eq!(w.canary_version().as_deref(), Some("v1"));
+        w
+    }
+
+    fn canary_dep(&mut self) -> &mut Value {
+        self.canary.as_mut().unwrap()
+    }
+
+    fn canary_pods_ready(&mut self) {
+        let d = self.canary_dep();
+        let want = d["spec"]["replicas"].clone();
+        d["status"] = json!({
+            "observedGeneration": d["metadata"]["generation"], "replicas": want, "updatedReplicas": want,
+            "readyReplicas": want, "availableReplicas": want,
+            "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}],
+        });
+    }
+
+    /// The version the canary's template reads, if it reads one of ours.
+    fn canary_version(&self) -> Option<String> {
+        let env = &self.canary.as_ref()?["spec"]["template"]["spec"]["containers"][0]["env"][0];
+        let name = env["valueFrom"]["configMapKeyRef"]["name"].as_str()?;
+        self.version_in(name)
+    }
+
+    fn weights(&self) -> (i64, i64) {
+        let refs = &self.route.as_ref().unwrap()["spec"]["rules"][1]["backendRefs"];
+        (
+            refs[0]["weight"].as_i64().unwrap(),
+            refs[1]["weight"].as_i64().unwrap(),
+        )
+    }
+
+    fn canary_status(&self) -> &CanaryStatus {
+        self.status().canary.as_ref().expect("a canary status")
+    }
+
+    fn route_writes(&self) -> usize {
+        self.writes
+            .iter()
+            .filter(|w| matches!(w, Write::PatchRoute { .. }))
+            .count()
+    }
+
+    fn reasons(&self) -> Vec<&'static str> {
+        self.events.iter().map(|e| e.reason).collect()
+    }
+
+    fn measured(&mut self, reading: Reading) {
+        self.measurements = vec![Measurement {
+            name: "error-rate".into(),
+            reading,
+        }];
+    }
+}
+
+#[test]
+fn a_canary_warms_then_steps_then_promotes_and_the_route_ends_as_it_began() {
+    let mut w = World::canary_ready(
+        json!([{"weight": 10, "pause": "30s"}, {"weight": 50, "pause": "30s"}]),
+        None,
+    );
+    let stable_hash = w.template_hash();
+    w.set_version("v2");
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::Canary));
+    assert_eq!(w.canary_status().state, CanaryState::Warming);
+    assert_eq!(w.canary_version().as_deref(), Some("v2"));
+    assert_eq!(
+        w.template_hash(),
+        stable_hash,
+        "the stable Deployment is left alone"
+    );
+    assert_eq!(
+        w.weights(),
+        (100, 0),
+        "no traffic before the canary is warm"
+    );
+    assert_eq!(w.condition(RECONCILING).0, "True");
+
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+    assert_eq!((w.canary_status().step, w.canary_status().weight), (1, 10));
+    assert_eq!(w.route_writes(), 1);
+
+    w.now += 20;
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10), "the pause holds");
+    w.now += 11;
+    w.reconcile();
+    assert_eq!(w.weights(), (50, 50));
+    assert_eq!(w.canary_status().step, 2);
+
+    w.now += 31;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Promoting);
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+    assert_ne!(
+        w.template_hash(),
+        stable_hash,
+        "promotion rolls the stable one"
+    );
+    assert_eq!(
+        w.weights(),
+        (50, 50),
+        "the weights hold while the stable one rolls"
+    );
+
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+    assert_eq!(w.status().active_version.as_deref(), Some("v2"));
+    assert_eq!(w.canary_status().state, CanaryState::Promoted);
+    assert_eq!(w.weights(), (100, 0), "at rest the route is what Git says");
+    assert_eq!(
+        w.reasons()
+            .iter()
+            .filter(|r| r.starts_with("Canary"))
+            .copied()
+            .collect::<Vec<_>>(),
+        [
+            reason::CANARY_STARTED,
+            reason::CANARY_WEIGHT_CHANGED,
+            reason::CANARY_WEIGHT_CHANGED,
+            reason::CANARY_PROMOTING,
+            reason::CANARY_PROMOTED,
+        ]
+    );
+    // Nothing more to do.
+    w.reconcile();
+    assert!(w.writes.is_empty(), "{:?}", w.writes);
+}
+
+#[test]
+fn a_canary_that_never_warms_aborts_with_the_weights_never_moved() {
+    let mut w = World::canary_ready(json!([{"weight": 10, "pause": "30s"}]), None);
+    let stable_hash = w.template_hash();
+    w.set_version("broken");
+    w.reconcile();
+    // The canary's own progress deadline.
+    let now = json!(at(w.now + 61));
+    let d = w.canary_dep();
+    d["status"] = json!({"observedGeneration": d["metadata"]["generation"], "replicas": 1,
+        "updatedReplicas": 1, "readyReplicas": 0, "availableReplicas": 0,
+        "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                        "message": "timed out", "lastUpdateTime": now, "lastTransitionTime": now}]});
+    w.now += 61;
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+    assert_eq!(
+        w.condition(ROLLED_BACK),
+        ("True".into(), reason::CANARY_ABORTED.into())
+    );
+    assert_eq!(w.condition(STALLED).0, "True");
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.status().desired_version.as_deref(), Some("broken"));
+    assert_eq!(w.status().active_version.as_deref(), Some("v1"));
+    assert_eq!(
+        w.status().rollback_count,
+        None,
+        "no rollback of the stable one"
+    );
+    assert_eq!(w.weights(), (100, 0));
+    assert!(
+        w.events
+            .iter()
+            .all(|e| e.reason != reason::CANARY_WEIGHT_CHANGED)
+    );
+    assert_eq!(w.template_hash(), stable_hash);
+    assert_eq!(
+        w.canary_version().as_deref(),
+        Some("v1"),
+        "the canary goes back"
+    );
+
+    // The same spec is not tried again...
+    w.now += 100;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.canary_version().as_deref(), Some("v1"));
+    // ...until it changes.
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Warming);
+    assert_eq!(w.canary_version().as_deref(), Some("broken"));
+}
+
+#[test]
+fn the_operator_counts_the_deadline_itself_when_the_canary_never_reports() {
+    let mut w = World::canary_ready(json!([{"weight": 10, "pause": "30s"}]), None);
+    w.set_version("v2");
+    w.reconcile();
+    w.now += 30;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Warming);
+    w.now += 31;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert!(
+        w.canary_status().message.contains("progress deadline"),
+        "{}",
+        w.canary_status().message
+    );
+    assert_eq!(w.weights(), (100, 0));
+}
+
+/// v2 warmed and at its first step with analysis every 10 s.
+fn at_first_step(analysis: Value) -> World {
+    let mut w = World::canary_ready(
+        json!([{"weight": 10, "pause": "20s"}, {"weight": 50, "pause": "20s"}]),
+        Some(analysis),
+    );
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+    w
+}
+
+#[test]
+fn failed_measurements_abort_past_the_failure_limit() {
+    let mut w = at_first_step(error_rate());
+    w.measured(Reading::Sample(0.2));
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.canary_status().failures, 1);
+    assert_eq!(w.canary_status().state, CanaryState::Progressing);
+    assert_eq!(w.weights(), (90, 10), "one failure is tolerated");
+    assert_eq!(w.events.last().unwrap().reason, reason::ANALYSIS_FAILED);
+    // Not due again before the interval.
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.canary_status().failures, 1);
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.weights(), (100, 0), "the weights go back at once");
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+    let results = &w.canary_status().analysis;
+    assert_eq!(results.len(), 2);
+    assert!(
+        results
+            .iter()
+            .all(|r| r.outcome == crate::api::Outcome::Fail)
+    );
+}
+
+#[test]
+fn no_data_holds_the_step_and_never_counts_as_a_pass() {
+    let mut w = at_first_step(error_rate());
+    for reading in [Reading::NoData, Reading::Sample(f64::NAN)] {
+        w.measured(reading);
+        w.now += 11;
+        w.reconcile();
+        assert_eq!(w.canary_status().state, CanaryState::Paused);
+        assert_eq!(
+            w.condition(STALLED),
+            ("True".into(), reason::ANALYSIS_INCONCLUSIVE.into())
+        );
+        assert_eq!(w.weights(), (90, 10), "past the pause, still held");
+        assert_eq!(w.canary_status().failures, 0);
+    }
+    w.measured(Reading::Sample(0.001));
+    w.now += 11;
+    w.reconcile();
+    assert_eq!(w.weights(), (50, 50), "a passing round ends the step");
+}
+
+#[test]
+fn a_route_rewritten_by_another_writer_pauses_the_canary_and_is_not_clobbered() {
+    let mut w = at_first_step(
+        json!({"interval": "10s", "webhooks": [{"name": "smoke", "url": "http://smoke"}]}),
+    );
+    // A GitOps sync puts Git's weights back.
+    w.route.as_mut().unwrap()["spec"]["rules"][1]["backendRefs"][1]["weight"] = json!(0);
+    w.route.as_mut().unwrap()["spec"]["rules"][1]["backendRefs"][0]["weight"] = json!(100);
+    w.now += 30;
+    w.reconcile();
+    assert_eq!(w.route_writes(), 0);
+    assert_eq!(w.weights(), (100, 0));
+    assert_eq!(w.canary_status().state, CanaryState::Paused);
+    assert_eq!(
+        w.condition(STALLED),
+        ("True".into(), reason::ROUTE_DRIFT.into())
+    );
+    assert!(
+        w.canary_status()
+            .message
+            .contains("/spec/rules/1/backendRefs/*/weight")
+    );
+    assert_eq!(w.events.last().unwrap().reason, reason::ROUTE_DRIFT);
+    // Once the weights are ours again (the GitOps tool ignores them), it
+    // goes on.
+    w.route.as_mut().unwrap()["spec"]["rules"][1]["backendRefs"][1]["weight"] = json!(10);
+    w.route.as_mut().unwrap()["spec"]["rules"][1]["backendRefs"][0]["weight"] = json!(90);
+    w.measurements = vec![Measurement {
+        name: "smoke".into(),
+        reading: Reading::Answer(200),
+    }];
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.weights(), (50, 50));
+}
+
+#[test]
+fn gates_act_once_per_value() {
+    let mut w = World::canary_ready(json!([{"weight": 10}, {"weight": 50}]), None);
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+    w.now += 600;
+    w.reconcile();
+    assert_eq!(
+        w.canary_status().state,
+        CanaryState::Paused,
+        "no pause: wait for a person"
+    );
+    assert_eq!(
+        w.condition(STALLED),
+        ("True".into(), reason::CANARY_PAUSED.into())
+    );
+
+    w.resource
+        .annotations
+        .insert(CANARY_PROMOTE_ANNOTATION.into(), "1".into());
+    w.reconcile();
+    assert_eq!(w.weights(), (50, 50));
+    assert_eq!(w.canary_status().promote_handled.as_deref(), Some("1"));
+    w.reconcile();
+    assert_eq!(
+        w.weights(),
+        (50, 50),
+        "the same value is not acted on twice"
+    );
+
+    w.resource
+        .annotations
+        .insert(CANARY_PAUSE_ANNOTATION.into(), String::new());
+    w.resource
+        .annotations
+        .insert(CANARY_PROMOTE_ANNOTATION.into(), "2".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Paused);
+    assert_eq!(w.weights(), (50, 50), "a paused canary does not move");
+    w.resource.annotations.remove(CANARY_PAUSE_ANNOTATION);
+
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "now".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.canary_status().abort_handled.as_deref(), Some("now"));
+    assert_eq!(w.weights(), (100, 0));
+}
+
+#[test]
+fn a_full_promote_skips_every_remaining_step() {
+    let mut w = World::canary_ready(json!([{"weight": 10}, {"weight": 50}]), None);
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    w.resource
+        .annotations
+        .insert(CANARY_PROMOTE_ANNOTATION.into(), "full-1".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Promoting);
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+    assert_eq!(w.weights(), (90, 10));
+}
+
+#[test]
+fn removing_the_canary_block_mid_canary_puts_the_weights_back() {
+    let mut w = at_first_step(error_rate());
+    w.resource.spec.as_object_mut().unwrap().remove("canary");
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.weights(), (100, 0));
+    assert_eq!(
+        w.status().phase,
+        Some(Phase::RollingOut),
+        "v2 rolls directly"
+    );
+}
+
+#[test]
+fn editing_only_the_canary_block_is_no_rollout() {
+    let mut w = World::canary_ready(json!([{"weight": 10}]), None);
+    let before = w.status().desired_spec_hash.clone();
+    w.resource.spec["canary"]["steps"] = json!([{"weight": 20, "pause": "1m"}]);
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(w.status().desired_spec_hash, before);
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+    assert!(w.writes.is_empty(), "{:?}", w.writes);
+}
+
+#[test]
+fn the_first_version_and_a_replicas_change_roll_directly() {
+    let mut w = World::canary_ready(json!([{"weight": 10}]), None);
+    assert!(
+        w.status().canary.is_none(),
+        "the first version had no canary"
+    );
+    w.resource.spec["replicas"] = json!(3);
+    w.resource.generation += 1;
+    w.reconcile();
+    assert!(w.status().canary.is_none());
+    assert_eq!(w.dep()["spec"]["replicas"], json!(3));
+}
+
+#[test]
+fn a_missing_route_waits_for_a_person_without_moving_anything() {
+    let mut w = World::canary_ready(json!([{"weight": 10}]), None);
+    w.route = None;
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Paused);
+    assert_eq!(
+        w.condition(STALLED),
+        ("True".into(), reason::ROUTE_INVALID.into())
+    );
+    assert!(
+        w.canary_status()
+            .message
+            .contains("HTTPRoute svc not found")
+    );
+}
+
+#[test]
+fn the_shell_measures_only_when_a_check_is_due() {
+    let mut w = at_first_step(error_rate());
+    let now = at(w.now);
+    let checks = analysis_checks(&w.resource, &now);
+    assert_eq!(checks.len(), 1);
+    let analysis::Check::Prometheus { query, .. } = &checks[0] else {
+        panic!("a Prometheus check")
+    };
+    assert_eq!(query, "errors{service=\"svc-canary\"}");
+    w.measured(Reading::Sample(0.0));
+    w.reconcile();
+    assert!(analysis_checks(&w.resource, &at(w.now)).is_empty());
+    assert_eq!(analysis_checks(&w.resource, &at(w.now + 10)).len(), 1);
+}
