@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools pins what the canary tests run for real: the Gateway API
+// CRDs (copied from the module, standard channel) and Prometheus.
+package tools
+
+import (
+	_ "github.com/prometheus/prometheus/cmd/prometheus"
+	_ "sigs.k8s.io/gateway-api/apis/v1"
+)
