@@ -1,0 +1,520 @@
+//! Canaries on the real control plane: the Gateway API CRDs installed from
+//! their pinned module, a real Prometheus (built from its module) scraping
+//! an endpoint this test serves, and the operator with the RBAC users
+//! install. No gateway data plane runs: the weights are read from the
+//! HTTPRoute object itself, continuously, while the canary runs.
+
+use std::convert::Infallible;
+use std::net::TcpListener as StdListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use openmed_op::api::{CanaryState, OpenMedModelStatus, Phase};
+use serde_json::json;
+
+use crate::env::*;
+use crate::support::*;
+use crate::trial;
+
+pub fn trials() -> Vec<libtest_mimic::Trial> {
+    vec![
+        trial(
+            "canary::steps_then_promotes_and_the_route_ends_as_in_git",
+            steps_then_promotes_and_the_route_ends_as_in_git,
+        ),
+        trial(
+            "canary::a_version_that_never_warms_aborts_with_the_weights_never_moved",
+            a_version_that_never_warms_aborts_with_the_weights_never_moved,
+        ),
+        trial(
+            "canary::a_failing_prometheus_query_aborts_after_the_failure_limit",
+            a_failing_prometheus_query_aborts_after_the_failure_limit,
+        ),
+        trial(
+            "canary::an_empty_query_result_pauses_until_there_is_data",
+            an_empty_query_result_pauses_until_there_is_data,
+        ),
+        trial(
+            "canary::a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered",
+            a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered,
+        ),
+    ]
+}
+
+/// The folder `tests/canary/build` prints: `crds/` and `bin/prometheus`.
+fn tools() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new(root().join("tests/canary/build"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("tests/canary/build runs");
+        assert!(out.status.success(), "tests/canary/build failed");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+/// Installs the Gateway API CRDs once and waits until they are served.
+fn gateway_api() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let crds = tools().join("crds");
+        let (ok, _, err) = kubectl(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
+        assert!(ok, "installing the Gateway API CRDs: {err}");
+        let (ok, _, err) = kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/httproutes.gateway.networking.k8s.io",
+        ]);
+        assert!(ok, "the HTTPRoute CRD is not established: {err}");
+    });
+}
+
+fn routes(env: &Env) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
+    Api::namespaced_with(env.client.clone(), &env.ns.name, &resource)
+}
+
+const ROUTE: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: svc
+spec:
+  rules:
+  - name: main
+    backendRefs:
+    - name: svc
+      port: 8080
+      weight: 100
+    - name: svc-canary
+      port: 8080
+      weight: 0
+";
+
+/// The route's (stable, canary) weights and its generation.
+async fn route_state(env: &Env) -> ((i64, i64), i64) {
+    let route = serde_json::to_value(routes(env).get("svc").await.unwrap()).unwrap();
+    let refs = &route["spec"]["rules"][0]["backendRefs"];
+    (
+        (
+            refs[0]["weight"].as_i64().unwrap(),
+            refs[1]["weight"].as_i64().unwrap(),
+        ),
+        route["metadata"]["generation"].as_i64().unwrap(),
+    )
+}
+
+/// What one look at the canary saw.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    phase: Option<Phase>,
+    state: Option<CanaryState>,
+    step: i32,
+    weights: (i64, i64),
+    generation: i64,
+}
+
+/// Watches the model and the route together until `done`, keeping every
+/// distinct combination, in order.
+async fn trace(env: &Env, what: &str, done: impl Fn(&Seen) -> bool) -> Vec<Seen> {
+    let start = std::time::Instant::now();
+    let mut seen: Vec<Seen> = Vec::new();
+    loop {
+        let s = env.status("svc").await;
+        let (weights, generation) = route_state(env).await;
+        let now = Seen {
+            phase: s.phase,
+            state: s.canary.as_ref().map(|c| c.state),
+            step: s.canary.as_ref().map_or(0, |c| c.step),
+            weights,
+            generation,
+        };
+        if seen.last() != Some(&now) {
+            seen.push(now.clone());
+        }
+        if done(&now) {
+            return seen;
+        }
+        assert!(
+            start.elapsed() < ROLLOUT * 2,
+            "timed out waiting for {what} (operator log {}); seen: {seen:#?}\nlast status: {s:#?}",
+            env.operator.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn canary_block(steps: &str, analysis: &str) -> String {
+    format!(
+        "  rolloutStrategy:
+    progressDeadlineSeconds: 10
+  canary:
+    targetRef:
+      name: svc-canary
+    trafficRef:
+      httpRoute: svc
+      ruleName: main
+      stableBackend: svc
+      canaryBackend: svc-canary
+    steps: {steps}
+{analysis}"
+    )
+}
+
+/// The namespace with the stable and canary Deployments, the route, and
+/// the model Ready at `v1` with the canary block; returns the operator's
+/// environment.
+async fn stage(prefix: &str, steps: &str, analysis: &str) -> (Env, String) {
+    gateway_api();
+    let env = Env::new(prefix).await;
+    env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+        .await;
+    env.apply(&deployment_yaml("svc-canary", "openmed-service", "boot"))
+        .await;
+    env.apply(ROUTE).await;
+    let v1 = env.version("v1");
+    env.apply(&model_yaml("svc", &v1, &canary_block(steps, analysis)))
+        .await;
+    env.wait_ready("svc", &v1).await;
+    (env, v1)
+}
+
+fn steps_then_promotes_and_the_route_ends_as_in_git() {
+    block_on(async {
+        let (env, v1) = stage(
+            "canary",
+            "[{weight: 10, pause: 3s}, {weight: 50, pause: 3s}]",
+            "",
+        )
+        .await;
+        let stable_before = env.deployment("svc").await["metadata"]["generation"].clone();
+        let v2 = env.version("v2");
+        env.set_spec("svc", json!({"version": v2})).await;
+        let seen = trace(&env, "the canary to promote v2", |s| {
+            s.phase == Some(Phase::Ready)
+                && s.state == Some(CanaryState::Promoted)
+                && s.weights == (100, 0)
+        })
+        .await;
+        // Every step's weights were on the route while the status said so;
+        // no traffic moved before the canary was warm; the stable one did
+        // not roll before the promotion.
+        let at = |state: CanaryState, step: i32| {
+            seen.iter()
+                .filter(|s| {
+                    s.state == Some(state) && s.step == step && s.phase == Some(Phase::Canary)
+                })
+                .map(|s| s.weights)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            at(CanaryState::Warming, 0).iter().all(|w| *w == (100, 0)),
+            "{seen:#?}"
+        );
+        assert!(
+            at(CanaryState::Progressing, 1).contains(&(90, 10)),
+            "{seen:#?}"
+        );
+        assert!(
+            at(CanaryState::Progressing, 2).contains(&(50, 50)),
+            "{seen:#?}"
+        );
+        let order: Vec<(i64, i64)> = seen.iter().map(|s| s.weights).fold(Vec::new(), |mut v, w| {
+            if v.last() != Some(&w) {
+                v.push(w);
+            }
+            v
+        });
+        assert_eq!(order, [(100, 0), (90, 10), (50, 50), (100, 0)], "{seen:#?}");
+        let s = env.status("svc").await;
+        assert_eq!(s.active_version.as_deref(), Some(v2.as_str()));
+        assert_eq!(s.last_successful_spec.unwrap().version, v2);
+        assert_eq!(s.previous_successful_spec.unwrap().version, v1);
+        assert_ne!(
+            env.deployment("svc").await["metadata"]["generation"],
+            stable_before,
+            "the stable Deployment rolled at the promotion"
+        );
+        let reasons: Vec<String> = env
+            .event_reasons("svc")
+            .await
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect();
+        for r in [
+            "CanaryStarted",
+            "CanaryWeightChanged",
+            "CanaryPromoting",
+            "CanaryPromoted",
+        ] {
+            assert!(
+                reasons.iter().any(|x| x == r),
+                "{r} missing from {reasons:?}"
+            );
+        }
+        env.finish().await;
+    });
+}
+
+fn a_version_that_never_warms_aborts_with_the_weights_never_moved() {
+    block_on(async {
+        let (env, v1) = stage("canary-cold", "[{weight: 10, pause: 3s}]", "").await;
+        let bad = env.version("bad");
+        mark_unready(&env.client, &[&bad]).await;
+        let stable = env.deployment("svc").await;
+        let (_, generation) = route_state(&env).await;
+        env.set_spec("svc", json!({"version": bad})).await;
+        let seen = trace(&env, "the canary to abort", |s| {
+            s.state == Some(CanaryState::Aborted) && s.phase == Some(Phase::RolledBack)
+        })
+        .await;
+        assert!(
+            seen.iter()
+                .all(|s| s.weights == (100, 0) && s.generation == generation),
+            "the route was never written: {seen:#?}"
+        );
+        let s: OpenMedModelStatus = env.status("svc").await;
+        assert_eq!(s.desired_version.as_deref(), Some(bad.as_str()));
+        assert_eq!(s.active_version.as_deref(), Some(v1.as_str()));
+        let rolled_back = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "RolledBack")
+            .unwrap();
+        assert_eq!(rolled_back.reason, "CanaryAborted");
+        assert_eq!(
+            env.deployment("svc").await["metadata"]["generation"],
+            stable["metadata"]["generation"],
+            "the stable Deployment was never touched"
+        );
+        env.finish().await;
+    });
+}
+
+/// A metrics endpoint this test controls, and a Prometheus scraping it
+/// every second.
+struct Prometheus {
+    child: Child,
+    address: String,
+    exposed: Arc<Mutex<String>>,
+    _data: tempfile::TempDir,
+}
+
+impl Prometheus {
+    async fn start(exposed: &str) -> Self {
+        let exposed = Arc::new(Mutex::new(exposed.to_owned()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = listener.local_addr().unwrap();
+        let served = exposed.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let served = served.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |_: Request<hyper::body::Incoming>| {
+                        let body = served.lock().unwrap().clone();
+                        async move { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body)))) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        let data = tempfile::tempdir().unwrap();
+        let config = data.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\nscrape_configs:\n- job_name: canary\n  static_configs:\n  - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = StdListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let address = format!("http://127.0.0.1:{port}");
+        let log = std::fs::File::create(data.path().join("prometheus.log")).unwrap();
+        let child = Command::new(tools().join("bin/prometheus"))
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                data.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("prometheus starts");
+        let ready = format!("{address}/-/ready");
+        wait_for(
+            "Prometheus to be ready",
+            Duration::from_secs(60),
+            || async {
+                let ok = reqwest::get(&ready).await.ok()?.status().is_success();
+                ok.then_some(())
+            },
+        )
+        .await;
+        Prometheus {
+            child,
+            address,
+            exposed,
+            _data: data,
+        }
+    }
+
+    fn expose(&self, text: &str) {
+        *self.exposed.lock().unwrap() = text.to_owned();
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn error_rate_analysis(address: &str, failure_limit: i32) -> String {
+    format!(
+        "    analysis:
+      interval: 1s
+      failureLimit: {failure_limit}
+      metrics:
+      - name: error-rate
+        prometheus:
+          address: {address}
+          query: canary_error_ratio{{service=\"{{{{canary}}}}\"}}
+        thresholdRange: {{max: 0.01}}
+"
+    )
+}
+
+fn a_failing_prometheus_query_aborts_after_the_failure_limit() {
+    block_on(async {
+        let prometheus =
+            Prometheus::start("canary_error_ratio{service=\"svc-canary\"} 0.5\n").await;
+        let analysis = error_rate_analysis(&prometheus.address, 1);
+        let (env, _) = stage(
+            "canary-fail",
+            "[{weight: 10, pause: 2s}, {weight: 50, pause: 2s}]",
+            &analysis,
+        )
+        .await;
+        env.set_spec("svc", json!({"version": env.version("v2")}))
+            .await;
+        let seen = trace(&env, "the analysis to abort the canary", |s| {
+            s.state == Some(CanaryState::Aborted) && s.weights == (100, 0)
+        })
+        .await;
+        assert!(
+            seen.iter().all(|s| s.step <= 1),
+            "never past step 1: {seen:#?}"
+        );
+        let s = env.status("svc").await;
+        let c = s.canary.unwrap();
+        assert_eq!(c.failures, 2, "{:?}", c.analysis);
+        assert!(
+            c.analysis
+                .iter()
+                .all(|r| r.message.contains("0.5 is outside")),
+            "{:?}",
+            c.analysis
+        );
+        assert_eq!(s.phase, Some(Phase::RolledBack));
+        env.wait_event("svc", "AnalysisFailed").await;
+        env.finish().await;
+    });
+}
+
+fn an_empty_query_result_pauses_until_there_is_data() {
+    block_on(async {
+        let prometheus =
+            Prometheus::start("canary_error_ratio{service=\"someone-else\"} 0\n").await;
+        let analysis = error_rate_analysis(&prometheus.address, 0);
+        let (env, _) = stage(
+            "canary-nodata",
+            "[{weight: 10, pause: 1s}, {weight: 50, pause: 1s}]",
+            &analysis,
+        )
+        .await;
+        env.set_spec("svc", json!({"version": env.version("v2")}))
+            .await;
+        let s = env
+            .wait_status("svc", "the canary to pause on missing data", |s| {
+                s.canary
+                    .as_ref()
+                    .is_some_and(|c| c.state == CanaryState::Paused && c.analysis.len() >= 3)
+            })
+            .await;
+        // Three rounds (two intervals past the pause) without data: held.
+        let c = s.canary.unwrap();
+        assert_eq!((c.step, c.failures), (1, 0));
+        assert!(c.message.contains("no data"), "{}", c.message);
+        let stalled = s.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+        assert_eq!(
+            (stalled.status.as_str(), stalled.reason.as_str()),
+            ("True", "AnalysisInconclusive")
+        );
+        assert_eq!(route_state(&env).await.0, (90, 10));
+        prometheus.expose("canary_error_ratio{service=\"svc-canary\"} 0.001\n");
+        trace(&env, "the canary to go on once data passes", |s| {
+            s.step == 2 && s.weights == (50, 50)
+        })
+        .await;
+        env.finish().await;
+    });
+}
+
+fn a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered() {
+    block_on(async {
+        let (env, _) = stage("canary-drift", "[{weight: 10, pause: 10m}]", "").await;
+        env.set_spec("svc", json!({"version": env.version("v2")}))
+            .await;
+        trace(&env, "the first step", |s| {
+            s.step == 1 && s.weights == (90, 10) && s.state == Some(CanaryState::Progressing)
+        })
+        .await;
+        // A GitOps sync writes Git's weights back.
+        let sync = json!({"spec": {"rules": [{"name": "main", "backendRefs": [
+            {"name": "svc", "port": 8080, "weight": 100},
+            {"name": "svc-canary", "port": 8080, "weight": 0}]}]}});
+        routes(&env)
+            .patch("svc", &PatchParams::default(), &Patch::Merge(&sync))
+            .await
+            .unwrap();
+        let (_, synced) = route_state(&env).await;
+        let s = env
+            .wait_status("svc", "RouteDrift", |s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Stalled" && c.reason == "RouteDrift")
+            })
+            .await;
+        assert!(
+            s.canary
+                .unwrap()
+                .message
+                .contains("/spec/rules/0/backendRefs/*/weight")
+        );
+        env.wait_event("svc", "RouteDrift").await;
+        // The decision that saw the drift wrote nothing.
+        assert_eq!(route_state(&env).await, ((100, 0), synced));
+        env.finish().await;
+    });
+}
