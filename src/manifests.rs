@@ -26,6 +26,16 @@ pub mod rule {
     pub const CONTAINER_NOT_FOUND: &str = "ContainerNotFound";
     /// Two resources claim one Deployment or one ConfigMap.
     pub const TARGET_CONFLICT: &str = "TargetConflict";
+    /// The canary Deployment is the stable one, or lacks the container.
+    pub const CANARY_TARGET_INVALID: &str = "CanaryTargetInvalid";
+    /// The HTTPRoute in the set lacks the rule or a backend, or is
+    /// ambiguous.
+    pub const ROUTE_INVALID: &str = "RouteInvalid";
+    /// The canary backend's weight in the set is not 0: at rest the route
+    /// must send the canary nothing.
+    pub const CANARY_WEIGHT_NOT_ZERO: &str = "CanaryWeightNotZero";
+    /// A Service of the route selects the other Deployment's pods too.
+    pub const SERVICE_SELECTS_BOTH: &str = "ServiceSelectsBoth";
 }
 
 /// One OpenMedModel of the set, valid and planned.
@@ -44,6 +54,22 @@ pub struct Model {
     pub config_map_doc: Option<usize>,
     /// Index of the manifest snapshot's document, likewise.
     pub snapshot_doc: Option<usize>,
+    /// The canary, when the spec has one.
+    pub canary: Option<CanaryModel>,
+}
+
+/// A model's canary, planned against the set.
+#[derive(Debug, Clone)]
+pub struct CanaryModel {
+    /// `spec.canary`.
+    pub spec: api::Canary,
+    /// What the operator writes into the canary Deployment (the spec's
+    /// version; at rest, after a promotion, it serves the same).
+    pub plan: Plan,
+    /// Index of the canary Deployment's document, when the set has it.
+    pub target_doc: Option<usize>,
+    /// Index of the HTTPRoute's document, when the set has it.
+    pub route_doc: Option<usize>,
 }
 
 /// The judged set.
@@ -210,6 +236,26 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
                 ok = false;
             }
         }
+        let canary = spec.canary.as_ref().map(|c| CanaryModel {
+            spec: c.clone(),
+            plan: plan::canary_plan(&id, &plan.normalized, c),
+            target_doc: index.deployment(&namespace, &c.target_ref.name),
+            route_doc: index.route(&namespace, &c.traffic_ref.http_route),
+        });
+        if let Some(c) = &canary {
+            let found = check_canary(docs, &index, doc, &display, &namespace, &plan, c);
+            ok &= found.is_empty();
+            resolved.findings.extend(found);
+            let key = (namespace.clone(), c.plan.deployment.name.clone());
+            if let Some(&first) = deployment_owner.get(&key) {
+                resolved.findings.push(
+                    conflict(doc, &display, &docs[first], "Deployment", &key.1)
+                        .field("spec.canary.targetRef.name"),
+                );
+                ok = false;
+            }
+            deployment_owner.entry(key).or_insert(i);
+        }
         deployment_owner.entry(deployment_key).or_insert(i);
         config_map_owner.entry(config_map_key).or_insert(i);
         if ok {
@@ -220,10 +266,105 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
                 target_doc,
                 config_map_doc,
                 snapshot_doc,
+                canary,
             });
         }
     }
     resolved
+}
+
+/// What the set says against a canary: the canary Deployment, the route
+/// at rest, and the Services behind the two backends.
+fn check_canary(
+    docs: &[Document],
+    index: &Index,
+    doc: &Document,
+    display: &str,
+    namespace: &str,
+    plan: &Plan,
+    canary: &CanaryModel,
+) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let finding = |rule: &'static str, field: &str, message: String| {
+        Finding::error(&doc.at(field), rule, message)
+            .resource(display)
+            .field(field.to_owned())
+    };
+    let spec = &canary.spec;
+    if spec.target_ref.name == plan.deployment.name {
+        found.push(finding(
+            rule::CANARY_TARGET_INVALID,
+            "spec.canary.targetRef.name",
+            format!(
+                "the canary Deployment must be a second Deployment, not the stable one ({})",
+                plan.deployment.name
+            ),
+        ));
+    }
+    if let Some(t) = canary.target_doc
+        && let Err(missing) = canary.plan.deployment.apply_to(&mut docs[t].value.clone())
+    {
+        found.push(finding(
+            rule::CANARY_TARGET_INVALID,
+            "spec.canary.targetRef.containerName",
+            missing.to_string(),
+        ));
+    }
+    let traffic = &spec.traffic_ref;
+    if let Some(r) = canary.route_doc {
+        match crate::rollout::route::locate(&docs[r].value, traffic, namespace) {
+            Err(problem) => found.push(finding(
+                rule::ROUTE_INVALID,
+                "spec.canary.trafficRef",
+                format!("{problem} (at {})", docs[r].at("spec.rules")),
+            )),
+            Ok(slots) if slots.weights.canary != 0 => found.push(finding(
+                rule::CANARY_WEIGHT_NOT_ZERO,
+                "spec.canary.trafficRef.canaryBackend",
+                format!(
+                    "backend {} has weight {} in HTTPRoute {} (at {}); at rest the canary must get 0",
+                    traffic.canary_backend,
+                    slots.weights.canary,
+                    traffic.http_route,
+                    docs[r].at(&format!(
+                        "spec.rules[{}].backendRefs[{}].weight",
+                        slots.rule, slots.canary
+                    ))
+                ),
+            )),
+            Ok(_) => {}
+        }
+    }
+    // Each backend's Service must select its own Deployment's pods only.
+    let pods = |d: Option<usize>| {
+        d.and_then(|d| docs[d].value.pointer("/spec/template/metadata/labels"))
+            .cloned()
+    };
+    let stable_pods = pods(index.deployment(namespace, &plan.deployment.name));
+    let canary_pods = pods(canary.target_doc);
+    for (service, other, other_name) in [
+        (&traffic.stable_backend, &canary_pods, &spec.target_ref.name),
+        (&traffic.canary_backend, &stable_pods, &plan.deployment.name),
+    ] {
+        let (Some(s), Some(other)) = (index.service(namespace, service), other) else {
+            continue;
+        };
+        let selector = docs[s].value.pointer("/spec/selector");
+        let selects = selector
+            .and_then(Value::as_object)
+            .is_some_and(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| other.get(k) == Some(v)));
+        if selects {
+            found.push(finding(
+                rule::SERVICE_SELECTS_BOTH,
+                "spec.canary.trafficRef",
+                format!(
+                    "Service {service} (at {}) also selects the pods of Deployment {other_name}, so the weights would not split the traffic; give each Deployment a label only its Service selects",
+                    docs[s].at("spec.selector")
+                ),
+            ));
+        }
+    }
+    found
 }
 
 fn conflict(doc: &Document, display: &str, first: &Document, kind: &str, name: &str) -> Finding {
@@ -248,6 +389,8 @@ fn conflict(doc: &Document, display: &str, first: &Document, kind: &str, name: &
 struct Index {
     deployments: HashMap<(String, String), usize>,
     config_maps: HashMap<(String, String), usize>,
+    routes: HashMap<(String, String), usize>,
+    services: HashMap<(String, String), usize>,
     autoscaled: HashSet<(String, String)>,
 }
 
@@ -256,6 +399,8 @@ impl Index {
         let mut index = Index {
             deployments: HashMap::new(),
             config_maps: HashMap::new(),
+            routes: HashMap::new(),
+            services: HashMap::new(),
             autoscaled: HashSet::new(),
         };
         for (i, doc) in docs.iter().enumerate() {
@@ -267,6 +412,12 @@ impl Index {
                 }
                 (Some("v1"), Some("ConfigMap")) => {
                     index.config_maps.entry((namespace, name)).or_insert(i);
+                }
+                (Some("v1"), Some("Service")) => {
+                    index.services.entry((namespace, name)).or_insert(i);
+                }
+                (Some(v), Some("HTTPRoute")) if v.starts_with("gateway.networking.k8s.io/") => {
+                    index.routes.entry((namespace, name)).or_insert(i);
                 }
                 (Some(v), Some("HorizontalPodAutoscaler")) if v.starts_with("autoscaling/") => {
                     let target = doc.value.pointer("/spec/scaleTargetRef");
@@ -290,6 +441,18 @@ impl Index {
 
     fn config_map(&self, namespace: &str, name: &str) -> Option<usize> {
         self.config_maps
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    fn route(&self, namespace: &str, name: &str) -> Option<usize> {
+        self.routes
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    fn service(&self, namespace: &str, name: &str) -> Option<usize> {
+        self.services
             .get(&(namespace.to_owned(), name.to_owned()))
             .copied()
     }

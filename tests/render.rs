@@ -487,3 +487,55 @@ fn watch_renders_again_when_an_input_changes() {
     assert!(first, "the first render never appeared");
     assert!(second, "no render after the file changed");
 }
+
+#[test]
+fn the_canary_example_renders_as_in_the_golden_files() {
+    let out = openmed_op(&["render", "examples/canary/"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rendered = stdout(&out);
+    // The canary Deployment reads the same snapshot as the stable one.
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rendered)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let reads = |name: &str| {
+        let d = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == name)
+            .unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]["configMapKeyRef"]
+            ["name"]
+            .clone()
+    };
+    assert_eq!(reads("openmed-service"), reads("openmed-service-canary"));
+    golden("canary.yaml", &rendered);
+
+    let out = openmed_op(&["render", "--canary", "examples/canary/"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    golden("canary-plan.yaml", &stdout(&out));
+}
+
+#[test]
+fn a_canary_that_would_not_split_traffic_is_refused_with_its_line() {
+    let service = std::fs::read_to_string(root().join("examples/canary/service.yaml")).unwrap();
+    let model = std::fs::read_to_string(root().join("examples/canary/openmedmodel.yaml")).unwrap();
+    // The canary's weight in Git must be 0.
+    let weighted = service.replacen("          weight: 0", "          weight: 5", 1);
+    let out = openmed_op(&["render", "-"], Some(&format!("{weighted}---\n{model}")));
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("CanaryWeightNotZero"), "{err}");
+    assert!(err.contains("has weight 5"), "{err}");
+    assert!(err.contains("nothing was written"), "{err}");
+    assert!(stdout(&out).is_empty());
+    // A Service that selects both tracks would make the weights moot.
+    let both = service.replacen(
+        "  selector: {app.kubernetes.io/name: openmed-service, openmed.ai/track: canary}",
+        "  selector: {app.kubernetes.io/name: openmed-service}",
+        1,
+    );
+    let out = openmed_op(&["render", "-"], Some(&format!("{both}---\n{model}")));
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("ServiceSelectsBoth"), "{err}");
+    assert!(err.contains("Service openmed-service-canary"), "{err}");
+}

@@ -266,7 +266,7 @@ struct RenderArgs {
     /// Deployment is not among the items gets only its ConfigMap and a
     /// warning. The default namespace comes from the function config's
     /// data.namespace.
-    #[arg(long, conflicts_with_all = ["summary", "watch", "inputs"])]
+    #[arg(long, conflicts_with_all = ["summary", "canary", "watch", "inputs"])]
     krm: bool,
 
     /// Output format: a YAML stream, or a JSON v1 List.
@@ -275,8 +275,16 @@ struct RenderArgs {
 
     /// Print a table (resource, target, version, ConfigMap, pod-template
     /// hash) instead of the manifests.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "canary")]
     summary: bool,
+
+    /// Print what a version change does for each resource with a canary
+    /// instead of the manifests: the canary Deployment, each step's weight,
+    /// pause and the exact JSON Patch of the HTTPRoute (when the route is
+    /// in the input), the patch back to Git's weights, and the worst-case
+    /// duration. YAML, or JSON with -o json.
+    #[arg(long)]
+    canary: bool,
 
     /// Namespace of documents that do not set one, as kubectl assumes.
     #[arg(short, long, default_value = "default", value_name = "NAMESPACE")]
@@ -541,6 +549,16 @@ fn render_once(args: &RenderArgs) -> u8 {
         Ok(rendered) => {
             print(&if args.summary {
                 render::summary_table(&rendered.rows)
+            } else if args.canary {
+                match args.output {
+                    Format::Yaml => {
+                        serde_yaml::to_string(&rendered.canaries).expect("reports serialize")
+                    }
+                    Format::Json => {
+                        serde_json::to_string_pretty(&rendered.canaries).expect("reports serialize")
+                            + "\n"
+                    }
+                }
             } else {
                 match args.output {
                     Format::Yaml => render::to_yaml(&rendered.documents),

@@ -15,7 +15,7 @@ use serde_json::json;
 pub use config_map::{config_map, owned_by_target, snapshot, snapshot_name, snapshot_suffix};
 pub use deployment::{ContainerNotFound, DeploymentFields, Preload};
 
-use crate::api::{API_VERSION, OpenMedModelSpec, TargetRef};
+use crate::api::{API_VERSION, Canary, OpenMedModelSpec, TargetRef};
 use canonical::{hex, sha256_tag, to_canonical_json};
 
 /// The resource a plan is for.
@@ -84,6 +84,20 @@ pub fn plan(resource: &ResourceId, spec: &OpenMedModelSpec, target: TargetOption
         deployment,
         normalized,
     }
+}
+
+/// Plans `spec` (normalized) for the canary Deployment `canary` names:
+/// the same manifest and snapshot as for the stable target, the canary's
+/// name and container, and never its replicas (the canary is scaled by
+/// its owner).
+pub fn canary_plan(resource: &ResourceId, spec: &OpenMedModelSpec, canary: &Canary) -> Plan {
+    let mut spec = spec.clone();
+    spec.target_ref = TargetRef {
+        name: Some(canary.target_ref.name.clone()),
+        container_name: canary.target_ref.container_name.clone(),
+    };
+    spec.replicas = None;
+    plan(resource, &spec, TargetOptions::default())
 }
 
 /// The spec with every default filled in: the target defaults to the

@@ -9,6 +9,7 @@
 //! kustomize `patches:`. Rendering its own output
 //! again gives the same output.
 
+pub mod canary;
 pub mod krm;
 
 use std::collections::HashMap;
@@ -30,6 +31,9 @@ pub struct Rendered {
     pub rows: Vec<SummaryRow>,
     /// Warnings that did not stop the render.
     pub notes: Vec<Finding>,
+    /// What a version change does for each resource with a canary, for
+    /// `--canary`.
+    pub canaries: Vec<canary::CanaryReport>,
 }
 
 /// One line of `render --summary`.
@@ -80,11 +84,12 @@ pub fn render(
             .filter_map(|m| Some((pick(m)?, m)))
             .collect()
     };
-    let (as_target, as_config_map, as_snapshot, as_model) = (
+    let (as_target, as_config_map, as_snapshot, as_model, as_canary) = (
         index(|m| m.target_doc),
         index(|m| m.config_map_doc),
         index(|m| m.snapshot_doc),
         index(|m| Some(m.doc)),
+        index(|m| m.canary.as_ref()?.target_doc),
     );
     let mut documents = Vec::with_capacity(docs.len() + 2 * resolved.models.len());
     let mut notes = Vec::new();
@@ -96,6 +101,15 @@ pub fn render(
                 .deployment
                 .apply_to(&mut deployment)
                 .expect("resolve checked the container");
+            documents.push(deployment);
+        } else if let Some(model) = as_canary.get(&i) {
+            let mut deployment = doc.value.clone();
+            let canary = model.canary.as_ref().expect("indexed by its canary");
+            canary
+                .plan
+                .deployment
+                .apply_to(&mut deployment)
+                .expect("resolve checked the canary's container");
             documents.push(deployment);
         } else if let Some(model) = as_config_map.get(&i) {
             documents.push(config_map_document(&model.plan.config_map));
@@ -110,6 +124,27 @@ pub fn render(
             }
             if model.snapshot_doc.is_none() {
                 documents.push(config_map_document(&model.plan.snapshot));
+            }
+            if let Some(canary) = &model.canary
+                && canary.target_doc.is_none()
+            {
+                match missing {
+                    MissingTarget::Patch => {
+                        documents.push(canary.plan.deployment.strategic_patch())
+                    }
+                    MissingTarget::Warn => notes.push(
+                        Finding::warning(
+                            &doc.at("spec.canary.targetRef"),
+                            "TargetNotInInput",
+                            format!(
+                                "canary Deployment {} is not among the resources; the operator will set its fields in the cluster",
+                                canary.plan.deployment.name
+                            ),
+                        )
+                        .resource(model.id.key())
+                        .field("spec.canary.targetRef.name"),
+                    ),
+                }
             }
             if model.target_doc.is_none() {
                 match missing {
@@ -146,10 +181,16 @@ pub fn render(
             },
         })
         .collect();
+    let canaries = resolved
+        .models
+        .iter()
+        .filter_map(|m| canary::report(m, docs))
+        .collect();
     Ok(Rendered {
         documents,
         rows,
         notes,
+        canaries,
     })
 }
 

@@ -32,7 +32,7 @@ use crate::api::names::{
 };
 use crate::api::{
     AnalysisResult, BackendWeights, Canary, CanaryState, CanaryStatus, OpenMedModelSpec, Outcome,
-    Phase, TargetRef,
+    Phase,
 };
 use crate::plan;
 
@@ -135,16 +135,8 @@ impl Step<'_> {
         self.event(EventType::Normal, reason::CANARY_STARTED, message);
     }
 
-    /// The plan of `spec` for the canary Deployment: the same manifest and
-    /// snapshot, the canary's name and container, and never its replicas.
     pub(super) fn canary_plan(&self, spec: &OpenMedModelSpec, canary: &Canary) -> Plan {
-        let mut spec = spec.clone();
-        spec.target_ref = TargetRef {
-            name: Some(canary.target_ref.name.clone()),
-            container_name: canary.target_ref.container_name.clone(),
-        };
-        spec.replicas = None;
-        plan::plan(&self.obs.resource.id(), &spec, Default::default())
+        plan::canary_plan(&self.obs.resource.id(), spec, canary)
     }
 
     /// One pass of a canary in progress (the stable target is as it should
