@@ -970,3 +970,64 @@ fn every_rule_both_ways_on_a_repository() {
         only("RollbackNotRetained")
     );
 }
+
+/// The canary example's files, with `edit` applied to the route file.
+fn canary_files(edit: impl Fn(String) -> String) -> Vec<(&'static str, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/canary");
+    let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap();
+    vec![
+        ("canary/service.yaml", edit(read("service.yaml"))),
+        ("canary/openmedmodel.yaml", read("openmedmodel.yaml")),
+    ]
+}
+
+#[test]
+fn a_canary_is_checked_against_its_route_and_services_in_the_tree() {
+    let repo = TestRepo::new();
+    let files = canary_files(|s| s);
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, s)| (*p, s.as_str())).collect();
+    repo.commit("main", &refs);
+    let out = verify(&repo, &["--rev", "main"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+
+    // A pull request that gives the canary traffic in Git, and names a
+    // rule the route does not have.
+    let files = canary_files(|s| s.replacen("          weight: 0", "          weight: 10", 1));
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, s)| (*p, s.as_str())).collect();
+    pull_request(&repo, &refs);
+    let out = verify(&repo, &["--rev", "pr", "--format", "json"]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    let report = json(&out);
+    let findings = report["findings"].as_array().unwrap();
+    let weight = findings
+        .iter()
+        .find(|f| f["rule"] == "CanaryWeightNotZero")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(weight["field"], "spec.canary.trafficRef.canaryBackend");
+    assert!(
+        weight["message"]
+            .as_str()
+            .unwrap()
+            .contains("canary/service.yaml"),
+        "{weight:#}"
+    );
+
+    let files = canary_files(|s| s.replace("    - name: main\n", "    - name: primary\n"));
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, s)| (*p, s.as_str())).collect();
+    pull_request(&repo, &refs);
+    let out = verify(&repo, &["--rev", "pr", "--format", "json"]);
+    assert_eq!(code(&out), 1);
+    let report = json(&out);
+    assert!(
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == "RouteInvalid"
+                && f["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("no rule named main")),
+        "{report:#}"
+    );
+}
