@@ -747,3 +747,72 @@ fn the_example_workflow_and_flux_kustomization_are_well_formed() {
         "openmed.ai/v1alpha1"
     );
 }
+
+/// The Git route and the same route as the cluster holds it mid-canary,
+/// after Argo CD's normalization with the Application's jqPathExpressions
+/// (`del(expr)`, evaluated by gojq as Argo CD does): equal, so a canary
+/// shows no diff; any other change still shows.
+#[test]
+fn argo_cd_ignores_the_canary_weights_and_nothing_else() {
+    let app =
+        docs(&std::fs::read_to_string(root().join("deploy/argocd/application.yaml")).unwrap());
+    let ignore = app[0]["spec"]["ignoreDifferences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "HTTPRoute")
+        .expect("the Application ignores the canary weights")
+        .clone();
+    let expressions: Vec<&str> = ignore["jqPathExpressions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let git = docs(&std::fs::read_to_string(root().join("examples/canary/service.yaml")).unwrap())
+        .into_iter()
+        .find(|d| d["kind"] == "HTTPRoute")
+        .unwrap();
+    assert_eq!(ignore["name"], git["metadata"]["name"]);
+    let normalize = |route: &Value| -> Value {
+        let mut program = String::from(".");
+        for e in &expressions {
+            program.push_str(&format!(" | del({e})"));
+        }
+        let out = run(
+            gitops_tools().join("gojq"),
+            &["-c", &program],
+            root(),
+            &serde_json::to_string(route).unwrap(),
+        );
+        assert!(out.status.success(), "gojq: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let weights = |route: &mut Value, stable: i64, canary: i64| {
+        let refs = &mut route["spec"]["rules"][0]["backendRefs"];
+        refs[0]["weight"] = stable.into();
+        refs[1]["weight"] = canary.into();
+    };
+    let mut mid_canary = git.clone();
+    weights(&mut mid_canary, 50, 50);
+    assert_eq!(
+        normalize(&mid_canary),
+        normalize(&git),
+        "a canary shows no diff"
+    );
+
+    let mut rematched = mid_canary.clone();
+    rematched["spec"]["rules"][0]["matches"] = serde_json::json!([{"path": {"value": "/v2"}}]);
+    assert_ne!(normalize(&rematched), normalize(&git), "a new match shows");
+    let mut renamed = git.clone();
+    renamed["spec"]["rules"][0]["backendRefs"][1]["name"] = "someone-else".into();
+    weights(&mut renamed, 100, 0);
+    assert_ne!(
+        normalize(&renamed),
+        normalize(&git),
+        "another backend shows"
+    );
+    let mut other_port = git.clone();
+    other_port["spec"]["rules"][0]["backendRefs"][0]["port"] = 8081.into();
+    assert_ne!(normalize(&other_port), normalize(&git), "a port shows");
+}

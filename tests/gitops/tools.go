@@ -1,6 +1,11 @@
 //go:build tools
 
-// Package tools pins the kustomize command built for the tests.
+// Package tools pins the commands built for the tests: kustomize, and
+// gojq, the jq implementation Argo CD evaluates ignoreDifferences
+// jqPathExpressions with.
 package tools
 
-import _ "sigs.k8s.io/kustomize/kustomize/v5"
+import (
+	_ "github.com/itchyny/gojq/cmd/gojq"
+	_ "sigs.k8s.io/kustomize/kustomize/v5"
+)

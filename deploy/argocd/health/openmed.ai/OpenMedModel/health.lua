@@ -7,7 +7,13 @@
 -- Degraded:    the rollout failed (RolledBack, Failed), or the resource
 --              cannot be acted on (TargetConflict, InvalidSpec, a rejected
 --              manual rollback).
--- Suspended:   the target Deployment is paused.
+-- Suspended:   the target Deployment is paused, or a canary waits for a
+--              promote (a step without a pause, openmed.ai/canary-pause).
+--
+-- A canary is Progressing while it warms, holds a timed pause or measures
+-- (never Suspended for a timed pause), and Degraded when its route or
+-- canary Deployment needs fixing (RouteDrift, RouteInvalid,
+-- CanaryTargetInvalid). An aborted canary is RolledBack: Degraded.
 local hs = {}
 
 local function condition(kind)
@@ -58,6 +64,27 @@ end
 if reason == "DeploymentPaused" then
   hs.status = "Suspended"
   hs.message = "Target Deployment paused (" .. versions .. ")"
+  return hs
+end
+
+if status.phase == "Canary" then
+  local canary = status.canary or {}
+  local where = "canary of " .. desired
+  if canary.step ~= nil and canary.step > 0 then
+    where = where .. " at step " .. canary.step .. ", " .. (canary.weight or 0) .. "%"
+  end
+  local text = where .. " (active " .. active .. ")"
+  if detail ~= "" then
+    text = text .. ": " .. detail
+  end
+  if reason == "CanaryPaused" then
+    hs.status = "Suspended"
+  elseif reason == "RouteDrift" or reason == "RouteInvalid" or reason == "CanaryTargetInvalid" then
+    hs.status = "Degraded"
+  else
+    hs.status = "Progressing"
+  end
+  hs.message = reason .. " (" .. text .. ")"
   return hs
 end
 
