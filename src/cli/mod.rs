@@ -2,6 +2,7 @@
 //! and `verify` shells. Each subcommand reads its inputs, calls the core, and
 //! writes the result in one piece, so a failure never leaves half an output.
 
+mod canary;
 mod watch;
 
 use std::io::Write;
@@ -102,6 +103,26 @@ Examples:
 Exit codes: 0 stopped by a signal, 1 lost the leader Lease (restart to follow),
 2 cannot start (no cluster access, port in use, leader-election timings that overlap).")]
     Run(RunArgs),
+
+    /// Act on a canary in progress: promote, abort, pause or resume.
+    ///
+    /// Sets the annotation the operator acts on once per value
+    /// (openmed.ai/canary-promote, openmed.ai/canary-abort) or while present
+    /// (openmed.ai/canary-pause), then waits until the status shows the
+    /// operator acted on it. Refused when the resource has no canary in
+    /// progress. `kubectl annotate` with the same annotations works too.
+    #[command(after_help = "\
+Examples:
+  openmed-op canary promote openmed-service -n openmed          # end the current step
+  openmed-op canary promote openmed-service -n openmed --full   # skip every remaining step
+  openmed-op canary abort openmed-service -n openmed            # weights back now, stable version stays
+  openmed-op canary pause openmed-service -n openmed            # hold at this step
+  openmed-op canary resume openmed-service -n openmed
+
+Exit codes: 0 the operator acted on it, 1 no canary in progress or no
+acknowledgement within --timeout, 2 no cluster access or the API server
+refused.")]
+    Canary(canary::CanaryArgs),
 
     /// Check a change to OpenMedModels in Git before it merges.
     ///
@@ -386,6 +407,7 @@ pub fn main() -> ExitCode {
         Command::Render(args) if args.krm => render_krm(),
         Command::Render(args) => render_once(&args),
         Command::Run(args) => run_operator(args),
+        Command::Canary(args) => canary::run(&args),
         Command::Verify(args) if args.watch => verify_watch(&args),
         Command::Verify(args) => verify_once(&args),
     })

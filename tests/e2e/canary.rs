@@ -46,6 +46,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "canary::a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered",
             a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered,
         ),
+        trial(
+            "canary::the_cli_promotes_a_step_that_waits_and_aborts_the_next",
+            the_cli_promotes_a_step_that_waits_and_aborts_the_next,
+        ),
     ]
 }
 
@@ -515,6 +519,65 @@ fn a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered() {
         env.wait_event("svc", "RouteDrift").await;
         // The decision that saw the drift wrote nothing.
         assert_eq!(route_state(&env).await, ((100, 0), synced));
+        env.finish().await;
+    });
+}
+
+/// `openmed-op canary ...` against the test cluster, as its admin.
+fn cli(env: &Env, args: &[&str]) -> std::process::Output {
+    Command::new(binary())
+        .arg("canary")
+        .args(args)
+        .args(["-n", &env.ns.name, "--timeout", "30s"])
+        .env("KUBECONFIG", kubeconfig())
+        .output()
+        .expect("openmed-op runs")
+}
+
+fn the_cli_promotes_a_step_that_waits_and_aborts_the_next() {
+    block_on(async {
+        let (env, v1) = stage("canary-cli", "[{weight: 10}, {weight: 50}]", "").await;
+        // Nothing to act on before a canary.
+        let out = cli(&env, &["promote", "svc"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no canary in progress"));
+
+        env.set_spec("svc", json!({"version": env.version("v2")}))
+            .await;
+        env.wait_status("svc", "the first step to wait for a promote", |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Stalled" && c.reason == "CanaryPaused")
+        })
+        .await;
+        assert_eq!(route_state(&env).await.0, (90, 10));
+        let out = cli(&env, &["promote", "svc"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("step 2"), "{said}");
+        assert_eq!(route_state(&env).await.0, (50, 50));
+
+        let out = cli(&env, &["abort", "svc"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s = env
+            .wait_status("svc", "the abort", |s| {
+                s.canary
+                    .as_ref()
+                    .is_some_and(|c| c.state == CanaryState::Aborted)
+            })
+            .await;
+        assert_eq!(s.active_version.as_deref(), Some(v1.as_str()));
+        trace(&env, "the weights to go back", |s| s.weights == (100, 0)).await;
         env.finish().await;
     });
 }
