@@ -47,6 +47,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered,
         ),
         trial(
+            "canary::the_admission_policy_keeps_the_operator_to_the_weights",
+            the_admission_policy_keeps_the_operator_to_the_weights,
+        ),
+        trial(
             "canary::the_cli_promotes_a_step_that_waits_and_aborts_the_next",
             the_cli_promotes_a_step_that_waits_and_aborts_the_next,
         ),
@@ -80,6 +84,11 @@ fn gateway_api() {
             "crd/httproutes.gateway.networking.k8s.io",
         ]);
         assert!(ok, "the HTTPRoute CRD is not established: {err}");
+        // Every canary test runs with the policy that keeps the operator to
+        // the weights.
+        let policy = root().join("deploy/admission");
+        let (ok, _, err) = kubectl(&["apply", "--server-side", "-k", policy.to_str().unwrap()]);
+        assert!(ok, "installing deploy/admission: {err}");
     });
 }
 
@@ -578,6 +587,79 @@ fn the_cli_promotes_a_step_that_waits_and_aborts_the_next() {
             .await;
         assert_eq!(s.active_version.as_deref(), Some(v1.as_str()));
         trace(&env, "the weights to go back", |s| s.weights == (100, 0)).await;
+        env.finish().await;
+    });
+}
+
+fn the_admission_policy_keeps_the_operator_to_the_weights() {
+    block_on(async {
+        gateway_api();
+        let env = Env::new("canary-policy").await;
+        env.apply(ROUTE).await;
+        let operator = client_for(&kubeconfig(), Some(OPERATOR_IDENTITY)).await;
+        let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
+        let as_operator: Api<DynamicObject> =
+            Api::namespaced_with(operator, &env.ns.name, &resource);
+        let patch = |ops: serde_json::Value| {
+            let ops: json_patch::Patch = serde_json::from_value(ops).unwrap();
+            Patch::Json::<()>(ops)
+        };
+        let params = PatchParams::default();
+        // The weights: allowed.
+        as_operator
+            .patch(
+                "svc",
+                &params,
+                &patch(json!([
+                    {"op": "replace", "path": "/spec/rules/0/backendRefs/0/weight", "value": 90},
+                    {"op": "replace", "path": "/spec/rules/0/backendRefs/1/weight", "value": 10},
+                ])),
+            )
+            .await
+            .expect("the operator may move the weights");
+        assert_eq!(route_state(&env).await.0, (90, 10));
+        // Anything else: denied, and the route stays as it was.
+        for (what, ops) in [
+            (
+                "a match",
+                json!([{"op": "add", "path": "/spec/rules/0/matches",
+                                "value": [{"path": {"type": "PathPrefix", "value": "/admin"}}]}]),
+            ),
+            (
+                "a backend",
+                json!([{"op": "replace", "path": "/spec/rules/0/backendRefs/1/name", "value": "elsewhere"}]),
+            ),
+            (
+                "a new backend",
+                json!([{"op": "add", "path": "/spec/rules/0/backendRefs/-",
+                                      "value": {"name": "elsewhere", "port": 80, "weight": 1}}]),
+            ),
+            (
+                "a label",
+                json!([{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}]),
+            ),
+        ] {
+            let Err(kube::Error::Api(status)) =
+                as_operator.patch("svc", &params, &patch(ops)).await
+            else {
+                panic!("the policy let the operator change {what}");
+            };
+            assert!(
+                status.message.contains("may change only backend weights"),
+                "{what}: {status:?}"
+            );
+        }
+        assert_eq!(route_state(&env).await.0, (90, 10));
+        // Others are not matched: an admin may still change the route.
+        routes(&env)
+            .patch(
+                "svc",
+                &params,
+                &patch(json!([{"op": "replace", "path": "/spec/rules/0/backendRefs/1/port", "value": 8081}])),
+            )
+            .await
+            .expect("an admin is not subject to the policy");
         env.finish().await;
     });
 }
