@@ -39,6 +39,9 @@ use crate::plan;
 /// How many measurements the status keeps.
 const KEPT_RESULTS: usize = 20;
 
+/// How often a canary in progress is looked at, at least.
+const ROUTE_LOOK: Duration = Duration::from_secs(10);
+
 /// The canary's part in this decision.
 #[derive(Debug)]
 pub(super) enum Part {
@@ -148,6 +151,9 @@ impl Step<'_> {
         if c.state == CanaryState::Aborted {
             return;
         }
+        // The route is not watched: look again at least this often, so
+        // another writer's weights are seen within seconds.
+        self.look_again(ROUTE_LOOK);
         if let Some(token) = self.gate(CANARY_ABORT_ANNOTATION, c.abort_handled.as_deref()) {
             c.abort_handled = Some(token);
             self.status.canary = Some(c);
