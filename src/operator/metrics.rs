@@ -60,6 +60,9 @@ pub struct Metrics {
     rollbacks: Family<RollbackLabels, Counter>,
     writes: Family<WriteLabels, Counter>,
     drift: Counter,
+    canaries: Family<OutcomeLabels, Counter>,
+    analysis_failures: Counter,
+    route_drift: Counter,
     active: Gauge<i64, AtomicI64>,
     backoff: Gauge<i64, AtomicI64>,
     failing_watches: Gauge<i64, AtomicI64>,
@@ -78,6 +81,24 @@ impl Default for Metrics {
         let rollbacks = Family::<RollbackLabels, Counter>::default();
         let writes = Family::<WriteLabels, Counter>::default();
         let drift = Counter::default();
+        let canaries = Family::<OutcomeLabels, Counter>::default();
+        let analysis_failures = Counter::default();
+        let route_drift = Counter::default();
+        registry.register(
+            "openmed_canaries",
+            "Canaries, by outcome (started, promoted, aborted)",
+            canaries.clone(),
+        );
+        registry.register(
+            "openmed_canary_analysis_failures",
+            "Canary analysis rounds with a failed check",
+            analysis_failures.clone(),
+        );
+        registry.register(
+            "openmed_canary_route_drift",
+            "Times a canary paused because another writer changed its weights",
+            route_drift.clone(),
+        );
         let active = Gauge::<i64, AtomicI64>::default();
         let backoff = Gauge::<i64, AtomicI64>::default();
         let failing_watches = Gauge::<i64, AtomicI64>::default();
@@ -146,6 +167,9 @@ impl Default for Metrics {
             rollbacks,
             writes,
             drift,
+            canaries,
+            analysis_failures,
+            route_drift,
             active,
             backoff,
             failing_watches,
@@ -235,6 +259,20 @@ impl Metrics {
             reason::ROLLBACK_REJECTED => rollback("manual", "rejected"),
             reason::DRIFT_CORRECTED => {
                 self.drift.inc();
+            }
+            reason::CANARY_STARTED | reason::CANARY_PROMOTED | reason::CANARY_ABORTED => {
+                let outcome = match event.reason {
+                    reason::CANARY_STARTED => "started",
+                    reason::CANARY_PROMOTED => "promoted",
+                    _ => "aborted",
+                };
+                self.canaries.get_or_create(&OutcomeLabels { outcome }).inc();
+            }
+            reason::ANALYSIS_FAILED => {
+                self.analysis_failures.inc();
+            }
+            reason::ROUTE_DRIFT => {
+                self.route_drift.inc();
             }
             _ => {}
         }
