@@ -266,7 +266,9 @@ impl Metrics {
                     reason::CANARY_PROMOTED => "promoted",
                     _ => "aborted",
                 };
-                self.canaries.get_or_create(&OutcomeLabels { outcome }).inc();
+                self.canaries
+                    .get_or_create(&OutcomeLabels { outcome })
+                    .inc();
             }
             reason::ANALYSIS_FAILED => {
                 self.analysis_failures.inc();

@@ -678,6 +678,19 @@ impl Step<'_> {
         }
     }
 
+    /// Deletion: a canary in progress ends, and its weights go back.
+    pub(super) fn end_canary_for_deletion(&mut self) {
+        if self
+            .status
+            .canary
+            .as_ref()
+            .is_some_and(|c| !c.state.is_over())
+        {
+            self.end_canary(CanaryState::Aborted, "the resource is being deleted");
+        }
+        self.restore_route();
+    }
+
     /// Puts back the weights a canary that is over moved.
     fn restore_route(&mut self) {
         let Some(mut c) = self.status.canary.clone() else {

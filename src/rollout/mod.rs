@@ -831,6 +831,8 @@ impl<'a> Step<'a> {
     /// once that has landed and the target's pods have all restarted
     /// without a model, delete the ConfigMaps; then the finalizer may go.
     fn release_everything(&mut self) {
+        // A canary's weights go back first: the route outlives the resource.
+        self.end_canary_for_deletion();
         for deployment in self.obs.claimed {
             self.release(deployment);
         }

@@ -516,3 +516,12 @@ fn the_shell_measures_only_when_a_check_is_due() {
     assert!(analysis_checks(&w.resource, &at(w.now)).is_empty());
     assert_eq!(analysis_checks(&w.resource, &at(w.now + 10)).len(), 1);
 }
+
+#[test]
+fn deleting_the_resource_mid_canary_puts_the_weights_back() {
+    let mut w = at_first_step(error_rate());
+    w.resource.deleting = true;
+    w.reconcile();
+    assert_eq!(w.weights(), (100, 0), "the route outlives the resource");
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+}
