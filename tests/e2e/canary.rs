@@ -325,6 +325,8 @@ struct Prometheus {
 
 impl Prometheus {
     async fn start(exposed: &str) -> Self {
+        // reqwest (for the readiness check) uses the process's rustls provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let exposed = Arc::new(Mutex::new(exposed.to_owned()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let target = listener.local_addr().unwrap();
@@ -338,7 +340,13 @@ impl Prometheus {
                 tokio::spawn(async move {
                     let service = service_fn(move |_: Request<hyper::body::Incoming>| {
                         let body = served.lock().unwrap().clone();
-                        async move { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body)))) }
+                        // Prometheus 3 refuses a scrape without the
+                        // text format's content type.
+                        let answer = Response::builder()
+                            .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                            .body(Full::new(Bytes::from(body)))
+                            .unwrap();
+                        async move { Ok::<_, Infallible>(answer) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -391,6 +399,31 @@ impl Prometheus {
         }
     }
 
+    /// Waits until Prometheus has scraped `series` at least once.
+    async fn scraped(&self, series: &str) {
+        let url = format!("{}/api/v1/query", self.address);
+        wait_for(
+            "Prometheus to scrape the test endpoint",
+            Duration::from_secs(60),
+            || async {
+                let answer: serde_json::Value = reqwest::Client::new()
+                    .get(&url)
+                    .query(&[("query", series)])
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                let found = answer["data"]["result"]
+                    .as_array()
+                    .is_some_and(|r| !r.is_empty());
+                found.then_some(())
+            },
+        )
+        .await;
+    }
+
     fn expose(&self, text: &str) {
         *self.exposed.lock().unwrap() = text.to_owned();
     }
@@ -422,6 +455,9 @@ fn a_failing_prometheus_query_aborts_after_the_failure_limit() {
     block_on(async {
         let prometheus =
             Prometheus::start("canary_error_ratio{service=\"svc-canary\"} 0.5\n").await;
+        // The series is there before the change: a first round without data
+        // would be inconclusive, not a failure.
+        prometheus.scraped("canary_error_ratio").await;
         let analysis = error_rate_analysis(&prometheus.address, 1);
         let (env, _) = stage(
             "canary-fail",
@@ -459,6 +495,9 @@ fn an_empty_query_result_pauses_until_there_is_data() {
     block_on(async {
         let prometheus =
             Prometheus::start("canary_error_ratio{service=\"someone-else\"} 0\n").await;
+        // The series is there before the change: a first round without data
+        // would be inconclusive, not a failure.
+        prometheus.scraped("canary_error_ratio").await;
         let analysis = error_rate_analysis(&prometheus.address, 0);
         let (env, _) = stage(
             "canary-nodata",
