@@ -9,7 +9,7 @@
 //!
 //! Every failure (an API error, a conflict, a timeout, a decision that
 //! does not settle) is an error: it backs off per object, 1 s doubling to
-//! 5 min, is counted in a metric by category, and is reported in the
+//! 1 min, is counted in a metric by category, and is reported in the
 //! resource's `Reconciling` condition until a decision succeeds again.
 
 use std::collections::HashMap;
@@ -162,7 +162,7 @@ pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, 
     result
 }
 
-/// Requeue with per-object exponential backoff (1 s doubling to 5 min), so a
+/// Requeue with per-object exponential backoff (1 s doubling to 1 min), so a
 /// persistent failure never becomes a hot loop.
 pub fn error_policy(obj: Arc<RawModel>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
@@ -186,10 +186,13 @@ pub fn error_policy(obj: Arc<RawModel>, error: &Error, ctx: Arc<Context>) -> Act
     Action::requeue(delay)
 }
 
-/// The delay after `failures` consecutive failures: 1 s, doubling, at most 5 min.
+/// The delay after `failures` consecutive failures: 1 s, doubling, at most
+/// 1 min. A longer cap would leave a safety action (a rollback past its
+/// deadline) waiting for minutes behind unrelated transient errors; a
+/// failing resource costs at most one reconcile a minute.
 pub fn backoff(failures: u32) -> Duration {
     let exponent = failures.saturating_sub(1).min(16);
-    Duration::from_secs((1u64 << exponent).min(300))
+    Duration::from_secs((1u64 << exponent).min(60))
 }
 
 /// Shows a failed reconcile in the resource's `Reconciling` condition
@@ -901,10 +904,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_from_one_second_to_five_minutes() {
-        let delays: Vec<u64> = (1..=12).map(|n| backoff(n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
-        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+    fn backoff_doubles_from_one_second_to_one_minute() {
+        let delays: Vec<u64> = (1..=9).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(60));
     }
 
     #[test]

@@ -577,7 +577,7 @@ fn random_server_errors(mode: Mode, seed: u64) -> Outcome {
         let mut stage = Stage::new("errors5xx", seed, &[]).await;
         // One reconcile sends several requests; with 20 % of them failing
         // most reconciles fail, and the per-object backoff (1 s doubling
-        // to 5 min) sets the pace: convergence is slow by design, not
+        // to 1 min) sets the pace: convergence is slow by design, not
         // stuck.
         stage.converge_within = Duration::from_secs(420);
         let mut driver = Driver::new();
