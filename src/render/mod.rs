@@ -125,43 +125,39 @@ pub fn render(
             if model.snapshot_doc.is_none() {
                 documents.push(config_map_document(&model.plan.snapshot));
             }
+            let mut absent = |at: &str,
+                              deployment: &crate::plan::DeploymentFields,
+                              what: String| {
+                match missing {
+                    MissingTarget::Patch => documents.push(deployment.strategic_patch()),
+                    MissingTarget::Warn => notes.push(
+                        Finding::warning(&doc.at(at), "TargetNotInInput", what)
+                            .resource(model.id.key())
+                            .field(format!("{at}.name")),
+                    ),
+                }
+            };
+            if model.target_doc.is_none() {
+                absent(
+                    "spec.targetRef",
+                    &model.plan.deployment,
+                    format!(
+                        "Deployment {} is not among the resources; only its ConfigMap was added, and the operator will set the Deployment's fields in the cluster",
+                        model.plan.deployment.name
+                    ),
+                );
+            }
             if let Some(canary) = &model.canary
                 && canary.target_doc.is_none()
             {
-                match missing {
-                    MissingTarget::Patch => {
-                        documents.push(canary.plan.deployment.strategic_patch())
-                    }
-                    MissingTarget::Warn => notes.push(
-                        Finding::warning(
-                            &doc.at("spec.canary.targetRef"),
-                            "TargetNotInInput",
-                            format!(
-                                "canary Deployment {} is not among the resources; the operator will set its fields in the cluster",
-                                canary.plan.deployment.name
-                            ),
-                        )
-                        .resource(model.id.key())
-                        .field("spec.canary.targetRef.name"),
+                absent(
+                    "spec.canary.targetRef",
+                    &canary.plan.deployment,
+                    format!(
+                        "canary Deployment {} is not among the resources; the operator will set its fields in the cluster",
+                        canary.plan.deployment.name
                     ),
-                }
-            }
-            if model.target_doc.is_none() {
-                match missing {
-                    MissingTarget::Patch => documents.push(model.plan.deployment.strategic_patch()),
-                    MissingTarget::Warn => notes.push(
-                        Finding::warning(
-                            &doc.at("spec.targetRef"),
-                            "TargetNotInInput",
-                            format!(
-                                "Deployment {} is not among the resources; only its ConfigMap was added, and the operator will set the Deployment's fields in the cluster",
-                                model.plan.deployment.name
-                            ),
-                        )
-                        .resource(model.id.key())
-                        .field("spec.targetRef.name"),
-                    ),
-                }
+                );
             }
         }
     }

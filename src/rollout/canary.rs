@@ -312,16 +312,7 @@ impl Step<'_> {
             if slots.weights == target {
                 c.weight = step.weight;
                 c.step_start_time = Some(self.obs.now.clone());
-                c.state = CanaryState::Progressing;
-                c.message = format!(
-                    "step {} of {}: {} at {}%",
-                    c.step,
-                    canary.steps.len(),
-                    c.version,
-                    step.weight
-                );
-                self.status.canary = Some(c.clone());
-                self.canary_conditions(reason::CANARY_PROGRESSING, false, &c.message.clone());
+                self.holding(c, canary);
                 self.look_again(Duration::from_secs(1));
             } else if slots.weights == before {
                 self.writes.push(Write::PatchRoute {
@@ -428,20 +419,23 @@ impl Step<'_> {
                     c.step
                 ),
             ),
-            _ => {
-                c.state = CanaryState::Progressing;
-                c.message = format!(
-                    "step {} of {}: {} at {}%",
-                    c.step,
-                    canary.steps.len(),
-                    c.version,
-                    c.weight
-                );
-                let message = c.message.clone();
-                self.status.canary = Some(c.clone());
-                self.canary_conditions(reason::CANARY_PROGRESSING, false, &message);
-            }
+            _ => self.holding(c, canary),
         }
+    }
+
+    /// A step holds its weight: its pause runs, or its analysis measures.
+    fn holding(&mut self, c: &mut CanaryStatus, canary: &Canary) {
+        c.state = CanaryState::Progressing;
+        c.message = format!(
+            "step {} of {}: {} at {}%",
+            c.step,
+            canary.steps.len(),
+            c.version,
+            c.weight
+        );
+        let message = c.message.clone();
+        self.status.canary = Some(c.clone());
+        self.canary_conditions(reason::CANARY_PROGRESSING, false, &message);
     }
 
     /// Judges the shell's readings and records them; too many failures
