@@ -77,13 +77,25 @@ fn gateway_api() {
         let crds = tools().join("crds");
         let (ok, _, err) = kubectl(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
         assert!(ok, "installing the Gateway API CRDs: {err}");
-        let (ok, _, err) = kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/httproutes.gateway.networking.k8s.io",
-        ]);
-        assert!(ok, "the HTTPRoute CRD is not established: {err}");
+        // `kubectl wait` fails outright on a CRD that has no conditions
+        // yet; ask until it says Established, within a deadline.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, established, _) = kubectl(&[
+                "get",
+                "crd/httproutes.gateway.networking.k8s.io",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+            ]);
+            if established.trim() == "True" {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the HTTPRoute CRD is not established after 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
         // Every canary test runs with the policy that keeps the operator to
         // the weights.
         let policy = root().join("deploy/admission");
