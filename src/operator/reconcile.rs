@@ -362,6 +362,24 @@ async fn read_route(
     Ok(read.map(|r| serde_json::to_value(r).expect("an HTTPRoute serializes")))
 }
 
+/// A Deployment by name: as read live in this reconcile, else from the
+/// cache, else read once now (a target not yet labelled is not cached).
+async fn deployment_named(
+    ctx: &Context,
+    fresh: &mut Fresh,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Deployment>, kube::Error> {
+    if let Some(d) = fresh.deployments.get(name) {
+        return Ok(d.clone());
+    }
+    if let Some(d) = ctx.deployments.get(&ObjectRef::new(name).within(namespace)) {
+        return Ok(Some((*d).clone()));
+    }
+    let api = Api::namespaced(ctx.client.clone(), namespace);
+    read_and_keep(&mut fresh.deployments, api, name).await
+}
+
 /// Reads one object the caches do not hold yet and keeps the answer with
 /// the live reads: it is as fresh as one, so it is not read twice before a
 /// write.
@@ -631,35 +649,10 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
     let key = view.key();
     let target_name = rollout::target_name(view);
 
-    let target = match fresh.deployments.get(&target_name) {
-        Some(d) => d.clone(),
-        None => match ctx
-            .deployments
-            .get(&ObjectRef::new(&target_name).within(namespace))
-        {
-            Some(d) => Some((*d).clone()),
-            None => {
-                let api = Api::namespaced(ctx.client.clone(), namespace);
-                read_and_keep(&mut fresh.deployments, api, &target_name).await?
-            }
-        },
-    };
-
+    let target = deployment_named(ctx, fresh, namespace, &target_name).await?;
     let canary_target = match rollout::canary_target_name(view) {
+        Some(name) => deployment_named(ctx, fresh, namespace, &name).await?,
         None => None,
-        Some(name) => match fresh.deployments.get(&name) {
-            Some(d) => d.clone(),
-            None => match ctx
-                .deployments
-                .get(&ObjectRef::new(&name).within(namespace))
-            {
-                Some(d) => Some((*d).clone()),
-                None => {
-                    let api = Api::namespaced(ctx.client.clone(), namespace);
-                    read_and_keep(&mut fresh.deployments, api, &name).await?
-                }
-            },
-        },
     };
     let route = match rollout::route_name(view) {
         None => None,
