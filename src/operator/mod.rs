@@ -16,6 +16,7 @@ mod metrics;
 mod model;
 mod probe;
 mod reconcile;
+mod retry;
 mod synced;
 
 use std::net::SocketAddr;
@@ -27,7 +28,6 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::client::ClientBuilder;
-use kube::client::retry::RetryPolicy;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -92,8 +92,9 @@ pub struct LostLease;
 /// reconcile, which backs off and retries, instead of hanging a worker.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Retries of a request the API server asked to repeat (429, 503, 504):
-/// the first after 100 ms, doubling to 2 s, or after its Retry-After.
+/// Retries of a request the API server asked to repeat (429, 503, 504),
+/// or of a read answered 500: the first after 100 ms, doubling to 2 s, or
+/// after its Retry-After.
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 const RETRIES: u32 = 3;
@@ -127,13 +128,13 @@ pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         Some(_) => Fence::default(),
     });
     // With leader election, every write of a reconcile goes through the
-    // fence. Answers that say "try again" (429, 503, 504) are retried a few
-    // times within the request, each attempt through the fence: a
-    // transient error then costs milliseconds, not a failed reconcile and
-    // its backoff. A retried write that had taken effect is harmless:
+    // fence. Answers that say "try again" (429, 503, 504), and a 500 to a
+    // read, are retried a few times within the request, each attempt
+    // through the fence (see `retry`): a transient error then costs
+    // milliseconds, not a failed reconcile and its backoff. A retried write that had taken effect is harmless:
     // applies are idempotent, a status write meets 409 and decides again,
     // an event create meets 409 and is recognised as the same event.
-    let retry = RetryPolicy::new(RETRY_MIN, RETRY_MAX, RETRIES, true).expect("valid retry timings");
+    let retry = retry::Retry::new(RETRY_MIN, RETRY_MAX, RETRIES);
     let client = ClientBuilder::try_from(config)?
         .with_layer(&tower::util::option_layer(
             options
