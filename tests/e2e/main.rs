@@ -8,6 +8,7 @@
 //! namespace and with its own operator process, and stops the control plane
 //! if it started it.
 
+mod admission;
 mod canary;
 mod cluster;
 mod deploy;
@@ -32,6 +33,7 @@ fn main() {
     trials.extend(gitops::trials());
     trials.extend(leader::trials());
     trials.extend(canary::trials());
+    trials.extend(admission::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);

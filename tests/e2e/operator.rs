@@ -417,7 +417,11 @@ fn manual_rollbacks_are_accepted_or_rejected_and_recover() {
         assert_eq!(s.previous_successful_spec.unwrap().version, v2);
         env.wait_event("svc", "RollbackSucceeded").await;
 
-        // A version that is not retained: rejected, nothing written.
+        // A version that is not retained: refused by the API server itself
+        // (deploy/admission, installed with deploy/operator), in the words
+        // the operator uses, and nothing is written. Without the policy the
+        // operator refuses it the same way after it is stored
+        // (RollbackRejected, tested in src/rollout/tests).
         let cm_before = env
             .config_maps()
             .get("svc-model-manifest")
@@ -425,19 +429,36 @@ fn manual_rollbacks_are_accepted_or_rejected_and_recover() {
             .unwrap()
             .resource_version();
         let generation = env.deployment("svc").await["metadata"]["generation"].clone();
-        env.annotate(
-            "svc",
-            "openmed.ai/rollback-to",
-            Some("OpenMed/never-deployed"),
-        )
-        .await;
-        env.wait_status("svc", "the rollback to be rejected", |s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.reason == "RollbackTargetUnavailable")
-        })
-        .await;
-        env.wait_event("svc", "RollbackRejected").await;
+        let refused = env
+            .models()
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {
+                    "openmed.ai/rollback-to": "OpenMed/never-deployed"}}})),
+            )
+            .await;
+        let Err(kube::Error::Api(status)) = refused else {
+            panic!("a rollback to a version never retained was stored: {refused:?}");
+        };
+        assert!(
+            status.message.contains(&format!(
+                "openmed.ai/rollback-to=OpenMed/never-deployed is not a retained version (retained: {v1}, {v2})"
+            )),
+            "{}",
+            status.message
+        );
+        assert_eq!(
+            env.models()
+                .get("svc")
+                .await
+                .unwrap()
+                .metadata
+                .annotations
+                .unwrap_or_default()["openmed.ai/rollback-to"],
+            v1,
+            "the stored annotation is unchanged"
+        );
         assert_eq!(
             env.config_maps()
                 .get("svc-model-manifest")
@@ -451,7 +472,7 @@ fn manual_rollbacks_are_accepted_or_rejected_and_recover() {
             generation
         );
 
-        // Removing the bad annotation returns to normal: spec.version (v2).
+        // Removing the annotation returns to spec.version (v2).
         env.annotate("svc", "openmed.ai/rollback-to", None).await;
         env.wait_ready("svc", &v2).await;
         env.finish().await;
