@@ -350,14 +350,7 @@ fn a_rollback_may_name_only_a_retained_version_and_the_operator_acts_on_it() {
         apply(&as_user, &object, USER, false)
             .await
             .expect("a rollback to a retained version is allowed");
-        let s = env
-            .wait_status("svc", "the manual rollback", |s| {
-                s.active_version.as_deref() == Some(v1.as_str())
-                    && s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.reason == "ManualRollback")
-            })
-            .await;
+        let s = env.wait_manual_rollback("svc", &v1).await;
         assert_eq!(s.rollback_request, Some(format!("manual:{v1}")));
         env.wait_event("svc", "RollbackSucceeded").await;
 

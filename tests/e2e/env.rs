@@ -99,6 +99,18 @@ impl Env {
         .await
     }
 
+    /// Waits until a manual rollback of `name` to `version` has taken
+    /// effect (`Ready` with reason `ManualRollback`).
+    pub async fn wait_manual_rollback(&self, name: &str, version: &str) -> OpenMedModelStatus {
+        self.wait_status(name, &format!("the manual rollback to {version}"), |s| {
+            s.active_version.as_deref() == Some(version)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "ManualRollback")
+        })
+        .await
+    }
+
     pub async fn wait_ready(&self, name: &str, version: &str) -> OpenMedModelStatus {
         self.wait_status(name, &format!("phase Ready serving {version}"), |s| {
             s.phase == Some(Phase::Ready) && s.active_version.as_deref() == Some(version)

@@ -176,13 +176,7 @@ fn one_instance_writes_and_the_other_takes_over_when_it_is_killed() {
         for _ in 0..CYCLES {
             env.annotate("svc", "openmed.ai/rollback-to", Some(&v1))
                 .await;
-            env.wait_status("svc", "the manual rollback", |s| {
-                s.active_version.as_deref() == Some(v1.as_str())
-                    && s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.reason == "ManualRollback")
-            })
-            .await;
+            env.wait_manual_rollback("svc", &v1).await;
             env.annotate("svc", "openmed.ai/rollback-to", None).await;
             env.wait_ready("svc", &v2).await;
         }

@@ -405,14 +405,7 @@ fn manual_rollbacks_are_accepted_or_rejected_and_recover() {
 
         env.annotate("svc", "openmed.ai/rollback-to", Some(&v1))
             .await;
-        let s = env
-            .wait_status("svc", "the manual rollback to succeed", |s| {
-                s.active_version.as_deref() == Some(v1.as_str())
-                    && s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.reason == "ManualRollback")
-            })
-            .await;
+        let s = env.wait_manual_rollback("svc", &v1).await;
         assert_eq!(s.rollback_request, Some(format!("manual:{v1}")));
         assert_eq!(s.previous_successful_spec.unwrap().version, v2);
         env.wait_event("svc", "RollbackSucceeded").await;

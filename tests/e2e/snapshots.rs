@@ -229,13 +229,7 @@ fn a_recreated_pod_loads_its_own_model_during_and_after_a_manual_rollback() {
         let v2_set = current_replica_set(&env, "svc").await;
         env.annotate("svc", "openmed.ai/rollback-to", Some(&v1))
             .await;
-        env.wait_status("svc", "the manual rollback to succeed", |s| {
-            s.active_version.as_deref() == Some(v1.as_str())
-                && s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.reason == "ManualRollback")
-        })
-        .await;
+        env.wait_manual_rollback("svc", &v1).await;
         let restored = current_replica_set(&env, "svc").await;
         assert_ne!(restored, v2_set);
         let replacement = recreate_one(&env, &restored).await;
