@@ -3,13 +3,15 @@
 //! writes the result in one piece, so a failure never leaves half an output.
 
 mod canary;
+mod follow;
+mod reference;
 mod watch;
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::findings::Finding;
 use crate::render;
@@ -81,49 +83,6 @@ Exit codes: 0 rendered, 1 invalid OpenMedModel or conflict, 2 unreadable
 input or malformed YAML.")]
     Render(RenderArgs),
 
-    /// Run the operator: reconcile OpenMedModels against their Deployments.
-    ///
-    /// Connects with the in-cluster service account, or with $KUBECONFIG /
-    /// ~/.kube/config outside a cluster. Watches OpenMedModels (all
-    /// namespaces, or those given with --namespace), writes each one's
-    /// ConfigMap and Deployment fields with server-side apply (field manager
-    /// openmed-operator), reports progress in status conditions and Events,
-    /// and rolls back to the last successful version when a rollout exceeds
-    /// its progress deadline. Serves /healthz and /metrics on --listen.
-    /// Stops cleanly on SIGTERM.
-    #[command(after_help = "\
-Examples:
-  openmed-op run                                  # all namespaces
-  openmed-op run -n team-a -n team-b              # only these namespaces
-  openmed-op run --require-target-label           # only Deployments labelled openmed.ai/managed=true
-  RUST_LOG=debug openmed-op run --log-format json
-
-  openmed-op run --leader-elect                   # one of several replicas; the Lease holder writes
-
-Exit codes: 0 stopped by a signal, 1 lost the leader Lease (restart to follow),
-2 cannot start (no cluster access, port in use, leader-election timings that overlap).")]
-    Run(RunArgs),
-
-    /// Act on a canary in progress: promote, abort, pause or resume.
-    ///
-    /// Sets the annotation the operator acts on once per value
-    /// (openmed.ai/canary-promote, openmed.ai/canary-abort) or while present
-    /// (openmed.ai/canary-pause), then waits until the status shows the
-    /// operator acted on it. Refused when the resource has no canary in
-    /// progress. `kubectl annotate` with the same annotations works too.
-    #[command(after_help = "\
-Examples:
-  openmed-op canary promote openmed-service -n openmed          # end the current step
-  openmed-op canary promote openmed-service -n openmed --full   # skip every remaining step
-  openmed-op canary abort openmed-service -n openmed            # weights back now, stable version stays
-  openmed-op canary pause openmed-service -n openmed            # hold at this step
-  openmed-op canary resume openmed-service -n openmed
-
-Exit codes: 0 the operator acted on it, 1 no canary in progress or no
-acknowledgement within --timeout, 2 no cluster access or the API server
-refused.")]
-    Canary(canary::CanaryArgs),
-
     /// Check a change to OpenMedModels in Git before it merges.
     ///
     /// Reads Git objects (no checkout: bare repositories, detached HEADs and
@@ -168,6 +127,106 @@ Exit codes: 0 no errors (warnings allowed), 1 errors, 2 not a Git repository,
 unknown revision, bad glob, unreadable or malformed --status input."
     )]
     Verify(VerifyArgs),
+
+    /// Run the operator: reconcile OpenMedModels against their Deployments.
+    ///
+    /// Connects with the in-cluster service account, or with $KUBECONFIG /
+    /// ~/.kube/config outside a cluster. Watches OpenMedModels (all
+    /// namespaces, or those given with --namespace), writes each one's
+    /// ConfigMap and Deployment fields with server-side apply (field manager
+    /// openmed-operator), reports progress in status conditions and Events,
+    /// and rolls back to the last successful version when a rollout exceeds
+    /// its progress deadline. Serves /healthz and /metrics on --listen.
+    /// Stops cleanly on SIGTERM.
+    #[command(after_help = "\
+Examples:
+  openmed-op run                                  # all namespaces
+  openmed-op run -n team-a -n team-b              # only these namespaces
+  openmed-op run --require-target-label           # only Deployments labelled openmed.ai/managed=true
+  RUST_LOG=debug openmed-op run --log-format json
+
+  openmed-op run --leader-elect                   # one of several replicas; the Lease holder writes
+
+Exit codes: 0 stopped by a signal, 1 lost the leader Lease (restart to follow),
+2 cannot start (no cluster access, port in use, leader-election timings that overlap).")]
+    Run(RunArgs),
+
+    /// Act on a canary in progress: promote, abort, pause or resume.
+    ///
+    /// Sets the annotation the operator acts on once per value
+    /// (openmed.ai/canary-promote, openmed.ai/canary-abort) or while present
+    /// (openmed.ai/canary-pause), then waits until the status shows the
+    /// operator acted on it. Refused when the resource has no canary in
+    /// progress. `kubectl annotate` with the same annotations works too.
+    #[command(after_help = "\
+Examples:
+  openmed-op canary promote openmed-service -n openmed          # end the current step
+  openmed-op canary promote openmed-service -n openmed --full   # skip every remaining step
+  openmed-op canary abort openmed-service -n openmed            # weights back now, stable version stays
+  openmed-op canary pause openmed-service -n openmed            # hold at this step
+  openmed-op canary resume openmed-service -n openmed
+
+Exit codes: 0 the operator acted on it, 1 no canary in progress or no
+acknowledgement within --timeout, 2 no cluster access or the API server
+refused.")]
+    Canary(canary::CanaryArgs),
+
+    /// Roll back to a retained version and follow the rollback to its end.
+    ///
+    /// Refuses at once, listing the retained versions, a version the
+    /// operator would reject (only status.lastSuccessfulSpec and
+    /// status.previousSuccessfulSpec are accepted); otherwise sets
+    /// openmed.ai/rollback-to and follows the status from a watch until the
+    /// rollback succeeded or failed, printing each step on stderr. Remove
+    /// the annotation (or set spec.version to the restored version in Git)
+    /// to leave the rollback.
+    #[command(after_help = "\
+Examples:
+  openmed-op rollback openmed-service OpenMed/synthetic-pii-v1 -n openmed
+  kubectl openmed rollback openmed-service OpenMed/synthetic-pii-v1 -n openmed --timeout 5m
+
+Exit codes: 0 rolled back, 1 refused (not a retained version), failed or
+no end within --timeout, 2 no cluster access or the API server refused.")]
+    Rollback(follow::RollbackArgs),
+
+    /// Wait until an OpenMedModel is ready, or rolled back.
+    ///
+    /// For CI after a Git change syncs: follows the status from a watch
+    /// (the resource may not exist yet) until the outcome holds for the
+    /// current generation (status.observedGeneration), or its opposite
+    /// does: with --for ready, a rollback or a failure; with --for
+    /// rolled-back, the spec served or a failure.
+    #[command(after_help = "\
+Examples:
+  openmed-op wait openmed-service -n openmed --for ready --timeout 15m
+  kubectl openmed wait openmed-service -n openmed --for rolled-back
+
+Exit codes: 0 the outcome holds, 1 the opposite happened or --timeout
+passed, 2 no cluster access or the API server refused.")]
+    Wait(follow::WaitArgs),
+
+    /// Print shell completions for bash, zsh, fish, elvish or PowerShell.
+    #[command(after_help = "\
+Examples:
+  openmed-op completions bash > /etc/bash_completion.d/openmed-op
+  openmed-op completions zsh > \"${fpath[1]}/_openmed-op\"
+  kubectl-openmed completions bash    # completes `kubectl-openmed ...`")]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the manual page, or write one per command into a directory.
+    #[command(after_help = "\
+Examples:
+  openmed-op man | man -l -
+  openmed-op man --dir /usr/local/share/man/man1")]
+    Man {
+        /// Write openmed-op.1 and openmed-op-<command>.1 here instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -381,9 +440,27 @@ enum Format {
     Json,
 }
 
+/// The name the binary answers to: installed as `kubectl-openmed`, it is
+/// the kubectl plugin and its help says `kubectl openmed`.
+pub fn command() -> clap::Command {
+    let invoked = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()));
+    let cmd = Cli::command();
+    if invoked.as_deref() == Some("kubectl-openmed") {
+        cmd.name("kubectl-openmed").bin_name("kubectl openmed")
+    } else {
+        cmd
+    }
+}
+
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     ExitCode::from(match cli.command {
         Command::Crd => {
             print(&crate::api::crd_yaml());
@@ -408,6 +485,10 @@ pub fn main() -> ExitCode {
         Command::Render(args) => render_once(&args),
         Command::Run(args) => run_operator(args),
         Command::Canary(args) => canary::run(&args),
+        Command::Rollback(args) => follow::rollback(&args),
+        Command::Wait(args) => follow::wait(&args),
+        Command::Completions { shell } => reference::completions(shell),
+        Command::Man { dir } => reference::man(dir.as_deref()),
         Command::Verify(args) if args.watch => verify_watch(&args),
         Command::Verify(args) => verify_once(&args),
     })

@@ -17,6 +17,7 @@ mod faults;
 mod gitops;
 mod leader;
 mod operator;
+mod plugin;
 mod snapshots;
 mod support;
 
@@ -34,6 +35,7 @@ fn main() {
     trials.extend(leader::trials());
     trials.extend(canary::trials());
     trials.extend(admission::trials());
+    trials.extend(plugin::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);
