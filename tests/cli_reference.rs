@@ -8,12 +8,14 @@ use std::process::{Command, Output};
 const BINARY: &str = env!("CARGO_BIN_EXE_openmed-op");
 
 /// Every subcommand a user can type.
-const COMMANDS: [&str; 8] = [
+const COMMANDS: [&str; 10] = [
     "crd",
     "render",
     "verify",
     "run",
     "canary",
+    "status",
+    "list",
     "rollback",
     "wait",
     "completions",

@@ -5,6 +5,7 @@
 mod canary;
 mod follow;
 mod reference;
+mod status;
 mod watch;
 
 use std::io::Write;
@@ -170,6 +171,30 @@ Exit codes: 0 the operator acted on it, 1 no canary in progress or no
 acknowledgement within --timeout, 2 no cluster access or the API server
 refused.")]
     Canary(canary::CanaryArgs),
+
+    /// Show an OpenMedModel: versions, conditions, ReplicaSets, canary, events.
+    ///
+    /// The phase, the desired, active and retained versions, the
+    /// conditions, the target Deployment's ReplicaSets with the version each
+    /// one serves and how many of its pods are ready, the canary's step and
+    /// weight when there is one, and the last events. With --watch it
+    /// redraws on every change the watches report (the resource, the
+    /// ReplicaSets, the events) until Ctrl-C.
+    #[command(after_help = "\
+Examples:
+  openmed-op status openmed-service -n openmed
+  kubectl openmed status openmed-service -n openmed --watch
+
+Exit codes: 0 shown, 2 no cluster access, no such resource, or the API
+server refused.")]
+    Status(status::StatusArgs),
+
+    /// List OpenMedModels: phase, desired and active versions, rollbacks.
+    #[command(after_help = "\
+Examples:
+  openmed-op list -n openmed
+  kubectl openmed list -A")]
+    List(status::ListArgs),
 
     /// Roll back to a retained version and follow the rollback to its end.
     ///
@@ -485,6 +510,8 @@ pub fn main() -> ExitCode {
         Command::Render(args) => render_once(&args),
         Command::Run(args) => run_operator(args),
         Command::Canary(args) => canary::run(&args),
+        Command::Status(args) => status::status(&args),
+        Command::List(args) => status::list(&args),
         Command::Rollback(args) => follow::rollback(&args),
         Command::Wait(args) => follow::wait(&args),
         Command::Completions { shell } => reference::completions(shell),

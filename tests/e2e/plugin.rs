@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use openmed_op::api::Phase;
@@ -23,6 +23,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
         trial(
             "plugin::wait_exits_by_the_outcome",
             wait_exits_by_the_outcome,
+        ),
+        trial(
+            "plugin::status_shows_the_rollout_and_watch_redraws_it",
+            status_shows_the_rollout_and_watch_redraws_it,
         ),
     ]
 }
@@ -68,23 +72,92 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Waits for a child with a deadline; kills it and panics past it.
-fn finish(mut child: Child, deadline: Duration) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+/// A `kubectl openmed` process whose output is read as it comes.
+struct Running {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(env: &Env, args: &[&str]) -> Self {
+        let mut child = kubectl_openmed(env, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl openmed starts");
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let readers = vec![
+            collect(child.stdout.take().unwrap(), stdout.clone()),
+            collect(child.stderr.take().unwrap(), stderr.clone()),
+        ];
+        Running {
+            child,
+            stdout,
+            stderr,
+            readers,
         }
-        if start.elapsed() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "kubectl openmed still running after {deadline:?}\nstderr:\n{}",
-                text(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
+
+    fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits for it to exit within `deadline` (killing it and panicking
+    /// past it): its exit code, stdout and stderr.
+    fn finish(mut self, deadline: Duration) -> (Option<i32>, String, String) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "kubectl openmed still running after {deadline:?}\nstderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        for reader in self.readers.drain(..) {
+            reader.join().unwrap();
+        }
+        (status.code(), self.stdout(), self.stderr())
+    }
+
+    /// Stops it (for `--watch`, which runs until interrupted).
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for reader in self.readers.drain(..) {
+            reader.join().unwrap();
+        }
+        self.stdout()
+    }
+}
+
+fn collect(
+    mut from: impl std::io::Read + Send + 'static,
+    into: Arc<Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
 }
 
 fn rollback_refuses_what_is_not_retained_and_follows_what_is() {
@@ -140,11 +213,13 @@ fn wait_exits_by_the_outcome() {
         let (v1, bad) = (env.version("v1"), env.version("bad"));
         mark_unready(&env.client, &[&bad]).await;
         // Started before the resource exists, as a CI job after a sync.
-        let ready = kubectl_openmed(&env, &["wait", "svc", "--for", "ready", "--timeout", "2m"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let ready = Running::start(&env, &["wait", "svc", "--for", "ready", "--timeout", "2m"]);
+        wait_for(
+            "wait to report the resource missing",
+            Duration::from_secs(30),
+            || async { ready.stderr().contains("not found yet").then_some(()) },
+        )
+        .await;
         env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
             .await;
         env.apply(&model_yaml(
@@ -153,37 +228,24 @@ fn wait_exits_by_the_outcome() {
             "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
         ))
         .await;
-        let out = finish(ready, Duration::from_secs(150));
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-        assert!(text(&out.stderr).contains("not found yet"));
-        assert!(text(&out.stdout).contains(&format!("serving {v1}")));
+        let (code, stdout, stderr) = ready.finish(Duration::from_secs(150));
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(stdout.contains(&format!("serving {v1}")), "{stdout}");
 
         // A version that never warms: --for ready ends 1 at the rollback,
         // --for rolled-back ends 0.
         env.set_spec("svc", json!({"version": bad})).await;
-        let ready = kubectl_openmed(&env, &["wait", "svc", "--for", "ready", "--timeout", "2m"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let rolled_back = kubectl_openmed(
+        let ready = Running::start(&env, &["wait", "svc", "--for", "ready", "--timeout", "2m"]);
+        let rolled_back = Running::start(
             &env,
             &["wait", "svc", "--for", "rolled-back", "--timeout", "2m"],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        let out = finish(ready, Duration::from_secs(150));
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-        assert!(
-            text(&out.stderr).contains("phase RolledBack"),
-            "{}",
-            text(&out.stderr)
         );
-        let out = finish(rolled_back, Duration::from_secs(150));
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-        assert!(text(&out.stdout).contains(&format!("serving {v1}")));
+        let (code, _, stderr) = ready.finish(Duration::from_secs(150));
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains("phase RolledBack"), "{stderr}");
+        let (code, stdout, stderr) = rolled_back.finish(Duration::from_secs(150));
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(stdout.contains(&format!("serving {v1}")), "{stdout}");
 
         // Out of time: exit 1, with what it last saw.
         let out = run(
@@ -196,6 +258,107 @@ fn wait_exits_by_the_outcome() {
             "{}",
             text(&out.stderr)
         );
+        env.finish().await;
+    });
+}
+
+/// The status view with what differs from run to run replaced (the
+/// namespace, ReplicaSet name hashes, event ages) and column padding, which
+/// follows their widths, collapsed to two spaces.
+fn normalized(view: &str, namespace: &str) -> String {
+    let mut out = String::new();
+    for line in view.replace(namespace, "<ns>").lines() {
+        let indent = line.len() - line.trim_start().len();
+        let cells: Vec<String> = line
+            .trim_start()
+            .split("  ")
+            .filter(|c| !c.is_empty())
+            .map(|c| c.trim().to_owned())
+            .collect();
+        let cells: Vec<String> = cells
+            .into_iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                let is_age = i == 0
+                    && cell.len() >= 2
+                    && cell.ends_with(['s', 'm', 'h', 'd'])
+                    && cell[..cell.len() - 1].chars().all(|c| c.is_ascii_digit());
+                let is_set = cell
+                    .strip_prefix("svc-")
+                    .is_some_and(|h| h.len() >= 8 && h.chars().all(|c| c.is_ascii_alphanumeric()));
+                match () {
+                    _ if indent == 2 && is_age => "<age>".to_owned(),
+                    _ if is_set => "svc-<hash>".to_owned(),
+                    _ => cell,
+                }
+            })
+            .collect();
+        out.push_str(&" ".repeat(indent));
+        out.push_str(&cells.join("  "));
+        out.push('\n');
+    }
+    out
+}
+
+fn golden_path(name: &str) -> PathBuf {
+    root().join("tests/golden").join(name)
+}
+
+fn status_shows_the_rollout_and_watch_redraws_it() {
+    block_on(async {
+        let env = Env::new("plugin-status").await;
+        let (v1, v2, v3) = (env.version("v1"), env.version("v2"), env.version("v3"));
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_ready("svc", &v1).await;
+        env.set_spec("svc", json!({"version": v2})).await;
+        env.wait_ready("svc", &v2).await;
+
+        // The view, once the old ReplicaSet has scaled down, equals the
+        // golden file (UPDATE_GOLDEN=1 rewrites it).
+        let path = golden_path("status.txt");
+        let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        let shown = wait_until(
+            "the status view to settle as in tests/golden/status.txt",
+            Duration::from_secs(60),
+            || async {
+                let out = run(&env, &["status", "svc"]);
+                assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+                normalized(&text(&out.stdout), &env.ns.name)
+            },
+            |view| {
+                if update {
+                    view.contains("svc-<hash>  OpenMed/v1-<ns>  0/0")
+                } else {
+                    *view == expected
+                }
+            },
+        )
+        .await;
+        if update {
+            std::fs::write(&path, &shown).unwrap();
+        }
+
+        // --watch: one view at once, another for each change.
+        let watch = Running::start(&env, &["status", "svc", "--watch"]);
+        wait_for("the first view", Duration::from_secs(30), || async {
+            watch.stdout().contains("Events").then_some(())
+        })
+        .await;
+        env.set_spec("svc", json!({"version": v3})).await;
+        let active = format!("Active:     {v3}");
+        wait_for("a redraw serving v3", Duration::from_secs(60), || async {
+            watch.stdout().contains(&active).then_some(())
+        })
+        .await;
+        let seen = watch.stop();
+        assert!(
+            seen.matches("Name:").count() >= 2,
+            "redrawn on change:\n{seen}"
+        );
+        assert!(seen.contains(&format!("rolling out {v3}")), "{seen}");
         env.finish().await;
     });
 }

@@ -1,0 +1,712 @@
+//! `status` and `list`: an OpenMedModel as a person reads it, with the
+//! ReplicaSets of its Deployment (which version each one serves, how many
+//! of its pods are ready), its canary and its last events; `--watch`
+//! redraws on every change the watches report.
+//!
+//! The view is a pure function of the objects read ([`view`]), so what it
+//! shows is tested without a cluster; the shell only reads and redraws.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+use super::{EXIT_OK, EXIT_USAGE};
+use crate::api::names::{MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION, PRELOAD_ENV};
+use crate::api::{OpenMedModel, Phase};
+
+/// The `status` subcommand's arguments.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The OpenMedModel.
+    name: String,
+
+    /// Its namespace [default: the kubeconfig's].
+    #[arg(short, long)]
+    namespace: Option<String>,
+
+    /// Redraw on every change to the resource, its ReplicaSets or its
+    /// events, until interrupted.
+    #[arg(short, long)]
+    watch: bool,
+}
+
+/// The `list` subcommand's arguments.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only this namespace [default: the kubeconfig's].
+    #[arg(short, long, conflicts_with = "all_namespaces")]
+    namespace: Option<String>,
+
+    /// Every namespace.
+    #[arg(short = 'A', long)]
+    all_namespaces: bool,
+}
+
+/// How many events the view shows, the most recent.
+const EVENTS_SHOWN: usize = 8;
+
+/// What the view is made of, as read from the cluster.
+#[derive(Debug)]
+pub struct Observed {
+    /// The resource.
+    pub model: OpenMedModel,
+    /// Its target Deployment, when it exists.
+    pub deployment: Option<Deployment>,
+    /// The Deployment's ReplicaSets.
+    pub replica_sets: Vec<ReplicaSet>,
+    /// The resource's manifest snapshots, which name each short hash's version.
+    pub snapshots: Vec<ConfigMap>,
+    /// Events about the resource.
+    pub events: Vec<Event>,
+}
+
+/// The resource, as text, with ages counted to `now`.
+pub fn view(o: &Observed, now: Timestamp) -> String {
+    let mut out = String::new();
+    let model = &o.model;
+    let status = model.status.clone().unwrap_or_default();
+    let field = |out: &mut String, key: &str, value: &str| {
+        let _ = writeln!(out, "{:<12}{value}", format!("{key}:"));
+    };
+    field(&mut out, "Name", &model.name_any());
+    field(
+        &mut out,
+        "Namespace",
+        &model.namespace().unwrap_or_default(),
+    );
+    field(
+        &mut out,
+        "Phase",
+        status.phase.map_or("Unknown", Phase::as_str),
+    );
+    field(
+        &mut out,
+        "Desired",
+        or_dash(status.desired_version.as_deref()),
+    );
+    field(
+        &mut out,
+        "Active",
+        or_dash(status.active_version.as_deref()),
+    );
+    let retained: Vec<&str> = [
+        &status.last_successful_spec,
+        &status.previous_successful_spec,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|s| s.version.as_str())
+    .collect();
+    field(
+        &mut out,
+        "Retained",
+        &if retained.is_empty() {
+            "none yet".to_owned()
+        } else {
+            retained.join(", ")
+        },
+    );
+    field(
+        &mut out,
+        "Rollbacks",
+        &status.rollback_count.unwrap_or(0).to_string(),
+    );
+    if let Some(request) = &status.rollback_request {
+        field(&mut out, "Rollback", request);
+    }
+
+    if !status.conditions.is_empty() {
+        out.push_str("Conditions:\n");
+        let rows: Vec<Vec<String>> = status
+            .conditions
+            .iter()
+            .map(|c| {
+                vec![
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.message.clone(),
+                ]
+            })
+            .collect();
+        table(&mut out, &["TYPE", "STATUS", "REASON", "MESSAGE"], &rows);
+    }
+
+    let versions = versions_by_hash(&o.snapshots, &model_key(model));
+    let target = model
+        .spec
+        .target_ref
+        .name
+        .clone()
+        .unwrap_or_else(|| model.name_any());
+    match &o.deployment {
+        None => {
+            let _ = writeln!(out, "Deployment {target}: not found");
+        }
+        Some(d) => {
+            let s = d.status.clone().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "Deployment {target} (container {}): {}/{} ready, {} updated",
+                model.spec.target_ref.container_name,
+                s.ready_replicas.unwrap_or(0),
+                d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+                s.updated_replicas.unwrap_or(0),
+            );
+            let mut sets: Vec<&ReplicaSet> = o.replica_sets.iter().collect();
+            sets.sort_by_key(|rs| std::cmp::Reverse(revision(rs)));
+            let rows: Vec<Vec<String>> = sets
+                .iter()
+                .map(|rs| {
+                    let short = rs.labels().get(MANIFEST_SNAPSHOT_LABEL).cloned();
+                    let version = short
+                        .as_ref()
+                        .and_then(|h| versions.get(h).cloned())
+                        .or_else(|| preload(rs))
+                        .unwrap_or_else(|| "-".to_owned());
+                    let st = rs.status.clone().unwrap_or_default();
+                    vec![
+                        revision(rs).to_string(),
+                        rs.name_any(),
+                        version,
+                        format!("{}/{}", st.ready_replicas.unwrap_or(0), st.replicas),
+                    ]
+                })
+                .collect();
+            if !rows.is_empty() {
+                table(
+                    &mut out,
+                    &["REVISION", "REPLICASET", "VERSION", "READY"],
+                    &rows,
+                );
+            }
+        }
+    }
+
+    if let Some(c) = &status.canary {
+        let _ = writeln!(
+            out,
+            "Canary: {} {} at step {}, weight {}%: {}",
+            c.version,
+            c.state.as_str(),
+            c.step,
+            c.weight,
+            c.message
+        );
+        if let Some(canary) = &model.spec.canary {
+            let steps: Vec<String> = canary
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let mark = if i as i32 + 1 == c.step { "*" } else { "" };
+                    format!("{mark}{}%", s.weight)
+                })
+                .collect();
+            let _ = writeln!(out, "  steps: {} (* current)", steps.join(" → "));
+        }
+    }
+
+    // Core Events carry one-second timestamps, so several of a rollout
+    // share one; the resourceVersion, which grows with every write, orders
+    // those among themselves.
+    let mut events: Vec<&Event> = o.events.iter().collect();
+    events.sort_by_key(|e| (event_time(e), written(e)));
+    let skip = events.len().saturating_sub(EVENTS_SHOWN);
+    let rows: Vec<Vec<String>> = events[skip..]
+        .iter()
+        .map(|e| {
+            let count = e.count.unwrap_or(1);
+            let reason = e.reason.clone().unwrap_or_default();
+            vec![
+                event_time(e).map_or("-".to_owned(), |t| age(t, now)),
+                e.type_.clone().unwrap_or_default(),
+                if count > 1 {
+                    format!("{reason} (×{count})")
+                } else {
+                    reason
+                },
+                e.message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        out.push_str("Events: none\n");
+    } else {
+        out.push_str("Events:\n");
+        table(&mut out, &["AGE", "TYPE", "REASON", "MESSAGE"], &rows);
+    }
+    out
+}
+
+/// One line per resource.
+pub fn list_view(models: &[OpenMedModel], now: Timestamp, namespaces: bool) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for m in models {
+        let s = m.status.clone().unwrap_or_default();
+        let mut row = Vec::new();
+        if namespaces {
+            row.push(m.namespace().unwrap_or_default());
+        }
+        row.extend([
+            m.name_any(),
+            s.phase.map_or("Unknown", Phase::as_str).to_owned(),
+            or_dash(s.desired_version.as_deref()).to_owned(),
+            or_dash(s.active_version.as_deref()).to_owned(),
+            s.rollback_count.unwrap_or(0).to_string(),
+            m.metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or("-".to_owned(), |t| age(t.0, now)),
+        ]);
+        rows.push(row);
+    }
+    let mut headers = vec!["NAME", "PHASE", "DESIRED", "ACTIVE", "ROLLBACKS", "AGE"];
+    if namespaces {
+        headers.insert(0, "NAMESPACE");
+    }
+    let mut out = String::new();
+    if rows.is_empty() {
+        out.push_str("No OpenMedModels found.\n");
+    } else {
+        columns(&mut out, "", &headers, &rows);
+    }
+    out
+}
+
+fn or_dash(value: Option<&str>) -> &str {
+    value.unwrap_or("-")
+}
+
+fn model_key(model: &OpenMedModel) -> String {
+    format!(
+        "{}/{}",
+        model.namespace().unwrap_or_default(),
+        model.name_any()
+    )
+}
+
+/// Short manifest hash → version, from the resource's snapshots.
+fn versions_by_hash(snapshots: &[ConfigMap], key: &str) -> BTreeMap<String, String> {
+    snapshots
+        .iter()
+        .filter(|cm| {
+            cm.annotations()
+                .get(MODEL_RESOURCE_ANNOTATION)
+                .map(String::as_str)
+                == Some(key)
+        })
+        .filter_map(|cm| {
+            let short = cm.labels().get(MANIFEST_SNAPSHOT_LABEL)?.clone();
+            let version = cm.data.as_ref()?.get(PRELOAD_ENV)?.clone();
+            Some((short, version))
+        })
+        .collect()
+}
+
+/// The preload value written in a ReplicaSet's template, for revisions from
+/// before the operator managed the Deployment.
+fn preload(rs: &ReplicaSet) -> Option<String> {
+    let spec = rs.spec.as_ref()?.template.as_ref()?.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == PRELOAD_ENV)
+        .and_then(|e| e.value.clone())
+        .filter(|v| !v.is_empty())
+}
+
+fn revision(rs: &ReplicaSet) -> i64 {
+    rs.annotations()
+        .get("deployment.kubernetes.io/revision")
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+fn event_time(e: &Event) -> Option<Timestamp> {
+    e.event_time
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| e.last_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// The Event's resourceVersion as a number (0 when it is not one: the API
+/// promises nothing about its form, but etcd-backed servers count up).
+fn written(e: &Event) -> u64 {
+    e.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `5s`, `3m`, `2h`, `4d`, as kubectl prints ages.
+fn age(then: Timestamp, now: Timestamp) -> String {
+    let seconds = now.duration_since(then).as_secs().max(0);
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+/// Left-aligned columns two spaces apart, indented by two.
+fn table(out: &mut String, headers: &[&str], rows: &[Vec<String>]) {
+    columns(out, "  ", headers, rows);
+}
+
+/// Left-aligned columns two spaces apart, each line starting with `indent`.
+fn columns(out: &mut String, indent: &str, headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |out: &mut String, cells: Vec<&str>| {
+        let mut text = String::from(indent);
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                let pad = w - cell.chars().count();
+                text.push_str(cell);
+                text.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(out, headers.to_vec());
+    for row in rows {
+        line(out, row.iter().map(String::as_str).collect());
+    }
+}
+
+/// Reads everything the view shows.
+async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Observed, kube::Error> {
+    let models: Api<OpenMedModel> = Api::namespaced(client.clone(), namespace);
+    let model = models.get(name).await?;
+    let target = model
+        .spec
+        .target_ref
+        .name
+        .clone()
+        .unwrap_or_else(|| model.name_any());
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let deployment = deployments.get_opt(&target).await?;
+    let mut replica_sets = Vec::new();
+    if let Some(d) = &deployment {
+        let uid = d.metadata.uid.clone();
+        let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+        let selector = selector(d);
+        replica_sets = sets
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .into_iter()
+            .filter(|rs| {
+                rs.owner_references()
+                    .iter()
+                    .any(|o| Some(&o.uid) == uid.as_ref())
+            })
+            .collect();
+    }
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let snapshots = config_maps
+        .list(&ListParams::default().labels(MANIFEST_SNAPSHOT_LABEL))
+        .await?
+        .items;
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let events = events
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.kind=OpenMedModel,involvedObject.name={name}"
+        )))
+        .await?
+        .items;
+    Ok(Observed {
+        model,
+        deployment,
+        replica_sets,
+        snapshots,
+        events,
+    })
+}
+
+/// The Deployment's selector as a label selector string.
+fn selector(d: &Deployment) -> String {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.selector.match_labels.as_ref())
+        .map(|labels| {
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+/// `status NAME [--watch]`.
+pub fn status(args: &StatusArgs) -> u8 {
+    let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
+    runtime.block_on(async {
+        let client = match Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("openmed-op: cannot reach the cluster: {e}");
+                return EXIT_USAGE;
+            }
+        };
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_owned());
+        let name = &args.name;
+        let first = match observe(&client, &namespace, name).await {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("openmed-op: {namespace}/{name}: {e}");
+                return EXIT_USAGE;
+            }
+        };
+        let mut shown = view(&first, now());
+        print!("{shown}");
+        if !args.watch {
+            return EXIT_OK;
+        }
+        match redraw_on_change(&client, &namespace, name, &mut shown).await {
+            Ok(()) => EXIT_OK,
+            Err(e) => {
+                eprintln!("openmed-op: {namespace}/{name}: {e}");
+                EXIT_USAGE
+            }
+        }
+    })
+}
+
+/// Redraws whenever a watch of the resource, the namespace's ReplicaSets
+/// or its events reports a change, until Ctrl-C. On a terminal the screen
+/// is redrawn in place; otherwise each new view follows a blank line.
+async fn redraw_on_change(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    shown: &mut String,
+) -> Result<(), kube::Error> {
+    use std::io::IsTerminal;
+    let models: Api<OpenMedModel> = Api::namespaced(client.clone(), namespace);
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let named = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let about = watcher::Config::default().fields(&format!(
+        "involvedObject.kind=OpenMedModel,involvedObject.name={name}"
+    ));
+    let changes = futures::stream::select_all([
+        watcher(models, named).map_ok(|_| ()).boxed(),
+        watcher(sets, watcher::Config::default())
+            .map_ok(|_| ())
+            .boxed(),
+        watcher(events, about).map_ok(|_| ()).boxed(),
+    ]);
+    // A burst of changes (a rollout moves several objects at once) is one
+    // redraw: wait for a short quiet spell after the first.
+    let mut changes = std::pin::pin!(changes);
+    let terminal = std::io::stdout().is_terminal();
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut ctrl_c = std::pin::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            _ = &mut ctrl_c => return Ok(()),
+            change = changes.next() => {
+                // A watch error is retried by the watcher; the view simply
+                // waits for the next change.
+                if change.is_none() {
+                    return Ok(());
+                }
+                while let Ok(Some(_)) =
+                    tokio::time::timeout(Duration::from_millis(150), changes.next()).await
+                {}
+                let observed = match observe(client, namespace, name).await {
+                    Ok(o) => o,
+                    Err(kube::Error::Api(e)) if e.code == 404 => {
+                        println!("\n{namespace}/{name} was deleted");
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                };
+                let next = view(&observed, now());
+                if next != *shown {
+                    if terminal {
+                        print!("\x1b[H\x1b[2J{next}");
+                    } else {
+                        print!("\n{next}");
+                    }
+                    use std::io::Write;
+                    let _ = std::io::stdout().flush();
+                    *shown = next;
+                }
+            }
+        }
+    }
+}
+
+/// `list [-n NS | -A]`.
+pub fn list(args: &ListArgs) -> u8 {
+    let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
+    runtime.block_on(async {
+        let client = match Client::try_default().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("openmed-op: cannot reach the cluster: {e}");
+                return EXIT_USAGE;
+            }
+        };
+        let api: Api<OpenMedModel> = if args.all_namespaces {
+            Api::all(client.clone())
+        } else {
+            let namespace = args
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_owned());
+            Api::namespaced(client.clone(), &namespace)
+        };
+        match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                let mut items = list.items;
+                items.sort_by_key(|m| (m.namespace(), m.name_any()));
+                print!("{}", list_view(&items, now(), args.all_namespaces));
+                EXIT_OK
+            }
+            Err(e) => {
+                eprintln!("openmed-op: {e}");
+                EXIT_USAGE
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(name: &str, reason: &str, at: &str, version: &str, count: i32) -> Event {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "team", "resourceVersion": version},
+            "involvedObject": {"kind": "OpenMedModel", "name": "svc"},
+            "reason": reason, "message": reason, "type": "Normal",
+            "lastTimestamp": at, "count": count,
+        }))
+        .unwrap()
+    }
+
+    fn observed(status: serde_json::Value, events: Vec<Event>) -> Observed {
+        let model: OpenMedModel = serde_json::from_value(json!({
+            "apiVersion": "openmed.ai/v1alpha1", "kind": "OpenMedModel",
+            "metadata": {"name": "svc", "namespace": "team"},
+            "spec": {"family": "pii", "tier": "Small", "version": "v2",
+                "canary": {
+                    "targetRef": {"name": "svc-canary"},
+                    "trafficRef": {"httpRoute": "svc", "stableBackend": "svc", "canaryBackend": "svc-canary"},
+                    "steps": [{"weight": 10}, {"weight": 50}]}},
+            "status": status,
+        }))
+        .unwrap();
+        Observed {
+            model,
+            deployment: None,
+            replica_sets: Vec::new(),
+            snapshots: Vec::new(),
+            events,
+        }
+    }
+
+    #[test]
+    fn events_of_one_second_keep_the_order_they_were_written_in() {
+        let at = "2026-12-01T10:00:00Z";
+        // Listed by name, as the API server does; written in another order.
+        let events = vec![
+            event("a", "RolloutSucceeded", at, "120", 1),
+            event("b", "RolloutStarted", at, "101", 1),
+            event("c", "CanaryWeightChanged", "2026-12-01T09:59:59Z", "99", 2),
+        ];
+        let now: Timestamp = "2026-12-01T10:00:30Z".parse().unwrap();
+        let text = view(&observed(json!({}), events), now);
+        let order: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Events:"))
+            .skip(2)
+            .map(|l| l.split_whitespace().nth(2).unwrap())
+            .collect();
+        assert_eq!(
+            order,
+            ["CanaryWeightChanged", "RolloutStarted", "RolloutSucceeded"]
+        );
+        assert!(text.contains("CanaryWeightChanged (×2)"), "{text}");
+        assert!(text.contains("  31s  Normal"), "{text}");
+    }
+
+    #[test]
+    fn a_canary_shows_its_step_and_weight() {
+        let status = json!({
+            "phase": "Canary", "desiredVersion": "v2", "activeVersion": "v1",
+            "lastSuccessfulSpec": {"family": "pii", "tier": "Small", "version": "v1"},
+            "canary": {"version": "v2", "specHash": "sha256:00", "state": "Progressing",
+                "step": 2, "weight": 50, "message": "step 2 of 2 for 5m"},
+        });
+        let now: Timestamp = "2026-12-01T10:00:30Z".parse().unwrap();
+        let text = view(&observed(status, Vec::new()), now);
+        assert!(
+            text.contains("Canary: v2 Progressing at step 2, weight 50%: step 2 of 2 for 5m"),
+            "{text}"
+        );
+        assert!(text.contains("steps: 10% → *50% (* current)"), "{text}");
+        assert!(text.contains("Retained:   v1\n"), "{text}");
+        assert!(text.contains("Deployment svc: not found"), "{text}");
+        assert!(text.contains("Events: none"), "{text}");
+    }
+
+    #[test]
+    fn list_lines_up_its_columns() {
+        let model = |name: &str, phase: &str| -> OpenMedModel {
+            serde_json::from_value(json!({
+                "apiVersion": "openmed.ai/v1alpha1", "kind": "OpenMedModel",
+                "metadata": {"name": name, "namespace": "team",
+                    "creationTimestamp": "2026-12-01T09:00:00Z"},
+                "spec": {"family": "pii", "tier": "Small", "version": "v1"},
+                "status": {"phase": phase, "desiredVersion": "v1", "activeVersion": "v1"},
+            }))
+            .unwrap()
+        };
+        let now: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let text = list_view(
+            &[model("a", "Ready"), model("longer-name", "RolledBack")],
+            now,
+            true,
+        );
+        assert_eq!(
+            text,
+            "NAMESPACE  NAME         PHASE       DESIRED  ACTIVE  ROLLBACKS  AGE\n\
+             team       a            Ready       v1       v1      0          60m\n\
+             team       longer-name  RolledBack  v1       v1      0          60m\n"
+        );
+        assert_eq!(list_view(&[], now, false), "No OpenMedModels found.\n");
+    }
+}
