@@ -526,7 +526,8 @@ async fn redraw_on_change(
         watcher(events, about).map_ok(|_| ()).boxed(),
     ]);
     // A burst of changes (a rollout moves several objects at once) is one
-    // redraw: wait for a short quiet spell after the first.
+    // redraw: what arrives within 100 ms of the first change joins it, so
+    // a long rollout still redraws at least ten times a second at most.
     let mut changes = std::pin::pin!(changes);
     let terminal = std::io::stdout().is_terminal();
     let ctrl_c = tokio::signal::ctrl_c();
@@ -540,9 +541,8 @@ async fn redraw_on_change(
                 if change.is_none() {
                     return Ok(());
                 }
-                while let Ok(Some(_)) =
-                    tokio::time::timeout(Duration::from_millis(150), changes.next()).await
-                {}
+                let until = tokio::time::Instant::now() + Duration::from_millis(100);
+                while let Ok(Some(_)) = tokio::time::timeout_at(until, changes.next()).await {}
                 let observed = match observe(client, namespace, name).await {
                     Ok(o) => o,
                     Err(kube::Error::Api(e)) if e.code == 404 => {
