@@ -48,6 +48,10 @@ pub fn all() -> Vec<(&'static str, Scenario)> {
     ]
 }
 
+/// A deadline longer than any restart of a control-plane component takes,
+/// as bounded by [`restart_mid_change`]'s convergence limit.
+const OUTLASTS_A_RESTART: &str = "  rolloutStrategy:\n    progressDeadlineSeconds: 300\n";
+
 /// The model every scenario drives.
 const MODEL: &str = "svc";
 
@@ -56,11 +60,16 @@ const DEADLINE: &str = "  rolloutStrategy:\n    progressDeadlineSeconds: 4\n";
 
 /// Creates the target and the model at `version`, and waits until Ready.
 async fn set_up(stage: &mut Stage, version: &str) {
+    set_up_with(stage, version, DEADLINE).await;
+}
+
+/// [`set_up`] with another `rolloutStrategy` block.
+async fn set_up_with(stage: &mut Stage, version: &str, strategy: &str) {
     stage
         .env
         .apply(&deployment_yaml(MODEL, "openmed-service", "boot"))
         .await;
-    stage.env.apply(&model_yaml(MODEL, version, DEADLINE)).await;
+    stage.env.apply(&model_yaml(MODEL, version, strategy)).await;
     let version = version.to_owned();
     stage
         .converge(MODEL, "the first version", |s| ready_with(s, &version))
@@ -1210,7 +1219,16 @@ fn restart_mid_change(prefix: &str, component: &str, change: Change, seed: u64) 
         stage.converge_within = Duration::from_secs(300);
         let mut driver = Driver::new();
         let first = driver.version(&stage, "good");
-        set_up(&mut stage, &first).await;
+        // A rollout of a good version must outlast the restart: with the
+        // 4 s deadline, a control plane that took longer to come back made
+        // the Deployment controller itself report the good version (and
+        // then its restore) as timed out, and the operator rightly acted on
+        // that. A rollback still needs the short deadline to fail quickly.
+        if change == Change::Rollout {
+            set_up_with(&mut stage, &first, OUTLASTS_A_RESTART).await;
+        } else {
+            set_up(&mut stage, &first).await;
+        }
         driver.prepare(&mut stage, change).await;
         let component = component.to_owned();
         let restart = tokio::task::spawn_blocking(move || {
