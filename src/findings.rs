@@ -10,6 +10,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::source::Location;
+use crate::source::edit::Edit;
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -51,6 +52,10 @@ pub struct Finding {
     /// The change that fixes it, when there is an exact one.
     #[serde(rename = "suggestedFix", skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// The same fix as an edit `verify --fix` can apply, when it is exact
+    /// and its intent is clear.
+    #[serde(skip)]
+    pub edit: Option<Edit>,
 }
 
 /// The serialized form of a [`Location`]: `file`, `document` (1-based), `line`.
@@ -86,6 +91,7 @@ impl Finding {
             field: None,
             message: message.into(),
             fix: None,
+            edit: None,
         }
     }
 
@@ -112,6 +118,12 @@ impl Finding {
     /// The same finding, with a suggested fix.
     pub fn fix(mut self, fix: impl Into<String>) -> Self {
         self.fix = Some(fix.into());
+        self
+    }
+
+    /// The same finding, with the fix as an edit of its document.
+    pub fn edit(mut self, edit: Edit) -> Self {
+        self.edit = Some(edit);
         self
     }
 }

@@ -1031,3 +1031,118 @@ fn a_canary_is_checked_against_its_route_and_services_in_the_tree() {
         "{report:#}"
     );
 }
+
+/// A model file as people write it: comments, a quoted annotation, CRLF
+/// optional, and a second document.
+fn hand_written(version: &str, rollback: &str, line_end: &str) -> String {
+    format!(
+        "# svc: the PII model of the NLP team\n\
+         apiVersion: openmed.ai/v1alpha1\n\
+         kind: OpenMedModel\n\
+         metadata:\n  name: svc\n  namespace: team\n\
+         \x20 annotations:\n    openmed.ai/rollback-to: \"{rollback}\"   # on-call, INC-7\n\
+         spec:\n  family: pii\n  tier: Small\n  version: {version}   # bumped in #12\n\
+         ---\n# unrelated\nkind: ConfigMap\napiVersion: v1\nmetadata: {{name: x, namespace: team}}\n"
+    )
+    .replace('\n', line_end)
+}
+
+const STATUS_READY: &str = "\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: openmed.ai/v1alpha1
+  kind: OpenMedModel
+  metadata: {name: svc, namespace: team}
+  spec: {family: pii, tier: Small, version: v2}
+  status:
+    phase: Ready
+    desiredVersion: v2
+    activeVersion: v2
+    lastSuccessfulSpec: {family: pii, tier: Small, version: v2}
+    previousSuccessfulSpec: {family: pii, tier: Small, version: v1}
+";
+
+#[test]
+fn fix_changes_only_the_value_it_names_and_dry_run_only_shows_it() {
+    for line_end in ["\n", "\r\n"] {
+        let repo = two_versions();
+        repo.checkout("main");
+        let dir = tempfile::tempdir().unwrap();
+        let status = dir.path().join("status.yaml");
+        std::fs::write(&status, STATUS_READY).unwrap();
+        let status = status.to_str().unwrap();
+        // At v2, a rollback to v0, which was never retained: v1 is the one
+        // version that can be meant.
+        let file = repo.path().join("models/svc.yaml");
+        let before = hand_written("v2", "v0", line_end);
+        std::fs::write(&file, &before).unwrap();
+
+        let out = verify(&repo, &["--status", status, "--fix", "--dry-run"]);
+        assert_eq!(code(&out), 1, "the error is still there: {}", stderr(&out));
+        let diff = stdout(&out);
+        assert!(
+            diff.starts_with("--- a/models/svc.yaml\n+++ b/models/svc.yaml\n"),
+            "{diff}"
+        );
+        assert!(
+            diff.contains("+    openmed.ai/rollback-to: \"v1\"   # on-call, INC-7"),
+            "{diff}"
+        );
+        assert!(
+            stderr(&out).contains("would fix 1 finding(s) in 1 file(s); nothing was written"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+
+        let out = verify(&repo, &["--status", status, "--fix"]);
+        assert_eq!(code(&out), 0, "fixed: {}", stderr(&out));
+        assert!(stderr(&out).contains("fixed 1 finding(s) in 1 file(s)"));
+        // Byte for byte, but the value: comments, quoting, line ends, the
+        // other document.
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            hand_written("v2", "v1", line_end)
+        );
+    }
+}
+
+#[test]
+fn fix_follows_the_cluster_after_a_rollback_and_drops_a_stale_annotation() {
+    let repo = two_versions();
+    repo.commit("main", &[("models/svc.yaml", &model("svc", "v3"))]);
+    repo.checkout("main");
+    let dir = tempfile::tempdir().unwrap();
+    let status = dir.path().join("status.yaml");
+    std::fs::write(&status, STATUS_LIST).unwrap();
+    let status = status.to_str().unwrap();
+    // The cluster rolled v3 back to v2; Git still asks for v3.
+    let file = repo.path().join("models/svc.yaml");
+    let text = model("svc", "v3");
+    std::fs::write(&file, &text).unwrap();
+    let out = verify(&repo, &["--status", status, "--fix"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        text.replace("version: v3", "version: v2")
+    );
+
+    // A rollback annotation naming spec.version: it goes, and the
+    // `annotations:` it leaves empty with it.
+    let stale = model_with("svc", "v2", &rollback_to("v2"));
+    std::fs::write(&file, &stale).unwrap();
+    let out = verify(&repo, &["--status", status, "--fix"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), model("svc", "v2"));
+
+    // Nothing to fix: said, and the file is untouched.
+    let out = verify(&repo, &["--status", status, "--fix"]);
+    assert_eq!(code(&out), 0);
+    assert!(
+        stderr(&out).contains("nothing that --fix can change"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out), "");
+}

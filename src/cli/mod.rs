@@ -123,6 +123,7 @@ Examples:
   openmed-op verify --status status.yaml         # judge against the cluster's retained versions
   openmed-op verify --exclude 'charts/**' --strict
   openmed-op verify --watch                      # re-check the files on disk on every save
+  openmed-op verify --status status.yaml --fix --dry-run   # the fixes as a diff
 
 Exit codes: 0 no errors (warnings allowed), 1 errors, 2 not a Git repository,
 unknown revision, bad glob, unreadable or malformed --status input."
@@ -450,6 +451,20 @@ struct VerifyArgs {
     /// Check the files on disk again on every change (implies --worktree).
     #[arg(long)]
     watch: bool,
+
+    /// Apply the fixes verify suggests to the files on disk: spec.version to
+    /// the restored version (GitBehindRollback), openmed.ai/rollback-to to
+    /// the one version that can be meant (RollbackNotRetained), a stale
+    /// rollback annotation removed (StaleRollbackAnnotation). Comments, key
+    /// order, quoting, indentation and line ends stay byte for byte. Prints
+    /// a unified diff on stdout and what remains on stderr. Implies
+    /// --worktree; nothing is written unless every fix applies exactly.
+    #[arg(long, conflicts_with_all = ["rev", "watch"])]
+    fix: bool,
+
+    /// With --fix: print the diff, write nothing.
+    #[arg(long, requires = "fix")]
+    dry_run: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -517,6 +532,7 @@ pub fn main() -> ExitCode {
         Command::Completions { shell } => reference::completions(shell),
         Command::Man { dir } => reference::man(dir.as_deref()),
         Command::Verify(args) if args.watch => verify_watch(&args),
+        Command::Verify(args) if args.fix => verify_fix(&args),
         Command::Verify(args) => verify_once(&args),
     })
 }
@@ -581,7 +597,7 @@ fn verify_options(args: &VerifyArgs) -> verify::Options {
         repo: args.repo.clone(),
         rev: args.rev.clone(),
         base: args.base.clone(),
-        worktree: args.worktree || args.watch,
+        worktree: args.worktree || args.watch || args.fix,
         status: args.status.clone(),
         include: args.include.clone(),
         exclude: args.exclude.clone(),
@@ -603,6 +619,86 @@ fn verify_once(args: &VerifyArgs) -> u8 {
             } else {
                 EXIT_OK
             }
+        }
+        Err(e) => {
+            eprintln!("openmed-op: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+/// `verify --fix [--dry-run]`: the diff on stdout, the findings that
+/// remain on stderr, the exit code by those.
+fn verify_fix(args: &VerifyArgs) -> u8 {
+    let options = verify_options(args);
+    let root = match verify::git::open(&args.repo) {
+        Ok(repo) => match repo.workdir() {
+            Some(dir) => dir.to_path_buf(),
+            None => {
+                eprintln!(
+                    "openmed-op: --fix: {}: a bare repository has no files to fix",
+                    args.repo.display()
+                );
+                return EXIT_USAGE;
+            }
+        },
+        Err(e) => {
+            eprintln!(
+                "openmed-op: {}: not a Git repository: {}",
+                args.repo.display(),
+                e.message()
+            );
+            return EXIT_USAGE;
+        }
+    };
+    let report = match verify::verify(&options) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("openmed-op: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let fixes = match verify::fixes::plan(&report.findings, &root) {
+        Ok(fixes) => fixes,
+        Err(e) => {
+            eprint!("{}", verify::output::text(&report));
+            eprintln!("openmed-op: cannot fix {e}; nothing was changed");
+            return EXIT_FINDINGS;
+        }
+    };
+    let count: usize = fixes.iter().map(|f| f.fixes).sum();
+    print(&verify::fixes::diff(&fixes));
+    let exit = |report: &verify::Report| {
+        if report.has_errors() {
+            EXIT_FINDINGS
+        } else {
+            EXIT_OK
+        }
+    };
+    if fixes.is_empty() {
+        eprint!("{}", verify::output::text(&report));
+        eprintln!("openmed-op: nothing that --fix can change");
+        return exit(&report);
+    }
+    if args.dry_run {
+        eprintln!(
+            "openmed-op: --dry-run: would fix {count} finding(s) in {} file(s); nothing was written",
+            fixes.len()
+        );
+        return exit(&report);
+    }
+    if let Err(e) = verify::fixes::write(&fixes) {
+        eprintln!("openmed-op: {e}");
+        return EXIT_USAGE;
+    }
+    eprintln!(
+        "openmed-op: fixed {count} finding(s) in {} file(s)",
+        fixes.len()
+    );
+    match verify::verify(&options) {
+        Ok(after) => {
+            eprint!("{}", verify::output::text(&after));
+            exit(&after)
         }
         Err(e) => {
             eprintln!("openmed-op: {e}");

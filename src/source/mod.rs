@@ -5,6 +5,7 @@
 //! the file, the document and the line of a problem, so this is written once
 //! here. Nothing in this module knows about OpenMedModels.
 
+pub mod edit;
 mod positions;
 
 use std::fmt;

@@ -14,6 +14,7 @@
 //! annotations.
 
 pub mod filter;
+pub mod fixes;
 pub mod git;
 pub mod history;
 pub mod output;

@@ -22,6 +22,7 @@ use crate::findings::{Finding, LocationJson, Severity};
 use crate::manifests;
 use crate::plan;
 use crate::source::Document;
+use crate::source::edit::{Action, Edit};
 
 /// Rule ids of `verify`, beside the shared ones in [`manifests::rule`].
 pub mod rule {
@@ -390,7 +391,8 @@ fn rollback_retained(
             .fix(format!(
                 "delete line {} ({ROLLBACK_TO_ANNOTATION}: {target})",
                 facts.doc.line_of(&path)
-            )),
+            ))
+            .edit(edit(facts.doc, &["metadata", "annotations", ROLLBACK_TO_ANNOTATION], Action::Remove)),
         );
         return;
     }
@@ -419,8 +421,20 @@ fn rollback_retained(
     .field(field);
     // The retained version other than the one already asked for is the
     // rollback that can be meant.
-    if let Some(other) = retained.iter().find(|v| Some(v.as_str()) != facts.version) {
+    let others: Vec<&String> = retained
+        .iter()
+        .filter(|v| Some(v.as_str()) != facts.version)
+        .collect();
+    if let Some(other) = others.first() {
         finding = finding.fix(format!("{ROLLBACK_TO_ANNOTATION}: {}", yaml_scalar(other)));
+    }
+    // Applied by `--fix` only when exactly one version can be meant.
+    if let [other] = others.as_slice() {
+        finding = finding.edit(edit(
+            facts.doc,
+            &["metadata", "annotations", ROLLBACK_TO_ANNOTATION],
+            Action::Set((*other).clone()),
+        ));
     }
     findings.push(finding);
 }
@@ -504,9 +518,20 @@ fn failed_versions(change: &Change, status: &OpenMedModelStatus, findings: &mut 
     .resource(change.display())
     .field("spec.version");
     if let Some(restored) = restored {
-        finding = finding.fix(format!("version: {}", yaml_scalar(&restored)));
+        finding = finding
+            .fix(format!("version: {}", yaml_scalar(&restored)))
+            .edit(edit(facts.doc, &["spec", "version"], Action::Set(restored)));
     }
     findings.push(finding);
+}
+
+/// An edit of `doc` at `path`.
+fn edit(doc: &Document, path: &[&str], action: Action) -> Edit {
+    Edit {
+        document: doc.index,
+        path: path.iter().map(|k| k.to_string()).collect(),
+        action,
+    }
 }
 
 /// Hygiene: a version pointer that can move under the same name.
