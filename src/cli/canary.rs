@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use super::{EXIT_FINDINGS, EXIT_OK, EXIT_USAGE};
@@ -52,19 +52,8 @@ pub struct CanaryArgs {
 
 /// Sets the gate's annotation and waits for the operator to act on it.
 pub fn run(args: &CanaryArgs) -> u8 {
-    let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
-    runtime.block_on(async {
-        let client = match Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("openmed-op: cannot reach the cluster: {e}");
-                return EXIT_USAGE;
-            }
-        };
-        let namespace = args
-            .namespace
-            .clone()
-            .unwrap_or_else(|| client.default_namespace().to_owned());
+    super::with_cluster(|client| async move {
+        let namespace = super::namespace_or_default(&client, &args.namespace);
         let api: Api<OpenMedModel> = Api::namespaced(client, &namespace);
         match gate(&api, args).await {
             Ok(message) => {

@@ -73,6 +73,16 @@ enum End {
     Api(String),
 }
 
+impl From<Result<String, String>> for End {
+    /// The outcome asked for, or its opposite.
+    fn from(answer: Result<String, String>) -> Self {
+        match answer {
+            Ok(message) => End::Done(message),
+            Err(message) => End::Not(message),
+        }
+    }
+}
+
 fn exit(end: End) -> u8 {
     match end {
         End::Done(message) => {
@@ -148,11 +158,7 @@ pub fn rollback(args: &RollbackArgs) -> u8 {
             }
         })
         .await;
-        match ended {
-            Ok(Ok(message)) => End::Done(message),
-            Ok(Err(message)) => End::Not(message),
-            Err(end) => end,
-        }
+        ended.map_or_else(|end| end, End::from)
     })
 }
 
@@ -232,11 +238,7 @@ pub fn wait(args: &WaitArgs) -> u8 {
             }
         })
         .await;
-        match ended {
-            Ok(Ok(message)) => End::Done(message),
-            Ok(Err(message)) => End::Not(message),
-            Err(end) => end,
-        }
+        ended.map_or_else(|end| end, End::from)
     })
 }
 

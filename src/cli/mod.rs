@@ -627,29 +627,61 @@ fn verify_once(args: &VerifyArgs) -> u8 {
     }
 }
 
-/// `verify --fix [--dry-run]`: the diff on stdout, the findings that
-/// remain on stderr, the exit code by those.
-fn verify_fix(args: &VerifyArgs) -> u8 {
-    let options = verify_options(args);
-    let root = match verify::git::open(&args.repo) {
-        Ok(repo) => match repo.workdir() {
-            Some(dir) => dir.to_path_buf(),
-            None => {
-                eprintln!(
-                    "openmed-op: --fix: {}: a bare repository has no files to fix",
-                    args.repo.display()
-                );
-                return EXIT_USAGE;
-            }
-        },
+/// The repository's work tree, for `--FLAG` which needs files to WHAT;
+/// exit 2 (said on stderr) for a bare repository or no repository.
+fn work_tree(args: &VerifyArgs, flag: &str, what: &str) -> Result<PathBuf, u8> {
+    match verify::git::open(&args.repo) {
+        Ok(repo) => repo.workdir().map(|dir| dir.to_path_buf()).ok_or_else(|| {
+            eprintln!(
+                "openmed-op: --{flag}: {}: a bare repository has no files to {what}",
+                args.repo.display()
+            );
+            EXIT_USAGE
+        }),
         Err(e) => {
             eprintln!(
                 "openmed-op: {}: not a Git repository: {}",
                 args.repo.display(),
                 e.message()
             );
-            return EXIT_USAGE;
+            Err(EXIT_USAGE)
         }
+    }
+}
+
+/// Runs `work` on a Tokio runtime with a client of the kubeconfig's
+/// cluster; a cluster that cannot be reached is exit 2.
+fn with_cluster<F, Fut>(work: F) -> u8
+where
+    F: FnOnce(kube::Client) -> Fut,
+    Fut: Future<Output = u8>,
+{
+    let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
+    runtime.block_on(async {
+        match kube::Client::try_default().await {
+            Ok(client) => work(client).await,
+            Err(e) => {
+                eprintln!("openmed-op: cannot reach the cluster: {e}");
+                EXIT_USAGE
+            }
+        }
+    })
+}
+
+/// `namespace`, else the kubeconfig's.
+fn namespace_or_default(client: &kube::Client, namespace: &Option<String>) -> String {
+    namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned())
+}
+
+/// `verify --fix [--dry-run]`: the diff on stdout, the findings that
+/// remain on stderr, the exit code by those.
+fn verify_fix(args: &VerifyArgs) -> u8 {
+    let options = verify_options(args);
+    let root = match work_tree(args, "fix", "fix") {
+        Ok(root) => root,
+        Err(code) => return code,
     };
     let report = match verify::verify(&options) {
         Ok(report) => report,
@@ -708,25 +740,9 @@ fn verify_fix(args: &VerifyArgs) -> u8 {
 }
 
 fn verify_watch(args: &VerifyArgs) -> u8 {
-    let root = match verify::git::open(&args.repo) {
-        Ok(repo) => match repo.workdir() {
-            Some(dir) => dir.to_path_buf(),
-            None => {
-                eprintln!(
-                    "openmed-op: --watch: {}: a bare repository has no files to watch",
-                    args.repo.display()
-                );
-                return EXIT_USAGE;
-            }
-        },
-        Err(e) => {
-            eprintln!(
-                "openmed-op: {}: not a Git repository: {}",
-                args.repo.display(),
-                e.message()
-            );
-            return EXIT_USAGE;
-        }
+    let root = match work_tree(args, "watch", "watch") {
+        Ok(root) => root,
+        Err(code) => return code,
     };
     match watch::watch(&[root], || {
         let code = verify_once(args);

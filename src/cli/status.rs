@@ -141,12 +141,7 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
     }
 
     let versions = versions_by_hash(&o.snapshots, &model_key(model));
-    let target = model
-        .spec
-        .target_ref
-        .name
-        .clone()
-        .unwrap_or_else(|| model.name_any());
+    let target = target(model);
     match &o.deployment {
         None => {
             let _ = writeln!(out, "Deployment {target}: not found");
@@ -282,6 +277,16 @@ pub fn list_view(models: &[OpenMedModel], now: Timestamp, namespaces: bool) -> S
     out
 }
 
+/// The Deployment the resource names (its own name by default).
+fn target(model: &OpenMedModel) -> String {
+    model
+        .spec
+        .target_ref
+        .name
+        .clone()
+        .unwrap_or_else(|| model.name_any())
+}
+
 fn or_dash(value: Option<&str>) -> &str {
     value.unwrap_or("-")
 }
@@ -398,12 +403,7 @@ fn columns(out: &mut String, indent: &str, headers: &[&str], rows: &[Vec<String>
 async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Observed, kube::Error> {
     let models: Api<OpenMedModel> = Api::namespaced(client.clone(), namespace);
     let model = models.get(name).await?;
-    let target = model
-        .spec
-        .target_ref
-        .name
-        .clone()
-        .unwrap_or_else(|| model.name_any());
+    let target = target(&model);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let deployment = deployments.get_opt(&target).await?;
     let mut replica_sets = Vec::new();
@@ -465,19 +465,8 @@ fn now() -> Timestamp {
 
 /// `status NAME [--watch]`.
 pub fn status(args: &StatusArgs) -> u8 {
-    let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
-    runtime.block_on(async {
-        let client = match Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("openmed-op: cannot reach the cluster: {e}");
-                return EXIT_USAGE;
-            }
-        };
-        let namespace = args
-            .namespace
-            .clone()
-            .unwrap_or_else(|| client.default_namespace().to_owned());
+    super::with_cluster(|client| async move {
+        let namespace = super::namespace_or_default(&client, &args.namespace);
         let name = &args.name;
         let first = match observe(&client, &namespace, name).await {
             Ok(o) => o,
@@ -569,23 +558,14 @@ async fn redraw_on_change(
 
 /// `list [-n NS | -A]`.
 pub fn list(args: &ListArgs) -> u8 {
-    let runtime = tokio::runtime::Runtime::new().expect("a Tokio runtime");
-    runtime.block_on(async {
-        let client = match Client::try_default().await {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("openmed-op: cannot reach the cluster: {e}");
-                return EXIT_USAGE;
-            }
-        };
+    super::with_cluster(|client| async move {
         let api: Api<OpenMedModel> = if args.all_namespaces {
             Api::all(client.clone())
         } else {
-            let namespace = args
-                .namespace
-                .clone()
-                .unwrap_or_else(|| client.default_namespace().to_owned());
-            Api::namespaced(client.clone(), &namespace)
+            Api::namespaced(
+                client.clone(),
+                &super::namespace_or_default(&client, &args.namespace),
+            )
         };
         match api.list(&ListParams::default()).await {
             Ok(list) => {

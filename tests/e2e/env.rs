@@ -99,6 +99,19 @@ impl Env {
         .await
     }
 
+    /// The Deployment `svc` and its model, rolled out to v1 and then to v2
+    /// (so both are retained); returns the two versions.
+    pub async fn v1_then_v2(&self) -> (String, String) {
+        let (v1, v2) = (self.version("v1"), self.version("v2"));
+        self.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        self.apply(&model_yaml("svc", &v1, "")).await;
+        self.wait_ready("svc", &v1).await;
+        self.set_spec("svc", json!({"version": v2})).await;
+        self.wait_ready("svc", &v2).await;
+        (v1, v2)
+    }
+
     /// Waits until a manual rollback of `name` to `version` has taken
     /// effect (`Ready` with reason `ManualRollback`).
     pub async fn wait_manual_rollback(&self, name: &str, version: &str) -> OpenMedModelStatus {

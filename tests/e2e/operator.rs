@@ -395,13 +395,7 @@ fn a_failed_rollback_is_terminal() {
 fn manual_rollbacks_are_accepted_or_rejected_and_recover() {
     block_on(async {
         let env = Env::new("manual").await;
-        let (v1, v2) = (env.version("v1"), env.version("v2"));
-        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
-            .await;
-        env.apply(&model_yaml("svc", &v1, "")).await;
-        env.wait_ready("svc", &v1).await;
-        env.set_spec("svc", json!({"version": v2})).await;
-        env.wait_ready("svc", &v2).await;
+        let (v1, v2) = env.v1_then_v2().await;
 
         env.annotate("svc", "openmed.ai/rollback-to", Some(&v1))
             .await;

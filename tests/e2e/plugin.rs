@@ -163,13 +163,8 @@ fn collect(
 fn rollback_refuses_what_is_not_retained_and_follows_what_is() {
     block_on(async {
         let env = Env::new("plugin-rollback").await;
-        let (v1, v2, v3) = (env.version("v1"), env.version("v2"), env.version("v3"));
-        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
-            .await;
-        env.apply(&model_yaml("svc", &v1, "")).await;
-        env.wait_ready("svc", &v1).await;
-        env.set_spec("svc", json!({"version": v2})).await;
-        env.wait_ready("svc", &v2).await;
+        let (v1, v2) = env.v1_then_v2().await;
+        let v3 = env.version("v3");
 
         // Never rolled out: refused before anything is written.
         let out = run(&env, &["rollback", "svc", &v3]);
@@ -307,13 +302,8 @@ fn golden_path(name: &str) -> PathBuf {
 fn status_shows_the_rollout_and_watch_redraws_it() {
     block_on(async {
         let env = Env::new("plugin-status").await;
-        let (v1, v2, v3) = (env.version("v1"), env.version("v2"), env.version("v3"));
-        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
-            .await;
-        env.apply(&model_yaml("svc", &v1, "")).await;
-        env.wait_ready("svc", &v1).await;
-        env.set_spec("svc", json!({"version": v2})).await;
-        env.wait_ready("svc", &v2).await;
+        env.v1_then_v2().await;
+        let v3 = env.version("v3");
 
         // The view, once the old ReplicaSet has scaled down, equals the
         // golden file (UPDATE_GOLDEN=1 rewrites it).
