@@ -97,14 +97,7 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
         "Active",
         or_dash(status.active_version.as_deref()),
     );
-    let retained: Vec<&str> = [
-        &status.last_successful_spec,
-        &status.previous_successful_spec,
-    ]
-    .into_iter()
-    .flatten()
-    .map(|s| s.version.as_str())
-    .collect();
+    let retained = crate::rollout::retained_versions(&status);
     field(
         &mut out,
         "Retained",

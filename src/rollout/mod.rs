@@ -650,10 +650,7 @@ impl<'a> Step<'a> {
                 }
                 None => Err(Rejection {
                     version: version.clone(),
-                    retained: retained
-                        .iter()
-                        .filter_map(|s| s.as_ref().map(|s| s.version.clone()))
-                        .collect(),
+                    retained: retained_versions(status),
                 }),
             };
         }
@@ -1323,15 +1320,7 @@ impl<'a> Step<'a> {
     }
 
     fn reject_rollback(&mut self, rejection: &Rejection) {
-        let retained = if rejection.retained.is_empty() {
-            "none yet".to_owned()
-        } else {
-            rejection.retained.join(", ")
-        };
-        let message = format!(
-            "{ROLLBACK_TO_ANNOTATION}={} is not a retained version (retained: {retained}); nothing was changed",
-            rejection.version
-        );
+        let message = not_retained(&rejection.version, &rejection.retained);
         let why = reason::ROLLBACK_TARGET_UNAVAILABLE;
         if self.entering(why) {
             self.event(
@@ -1370,6 +1359,33 @@ impl<'a> Step<'a> {
 struct Rejection {
     version: String,
     retained: Vec<String>,
+}
+
+/// The versions a manual rollback may name, most recent first: those of
+/// `lastSuccessfulSpec` and `previousSuccessfulSpec`.
+pub fn retained_versions(status: &OpenMedModelStatus) -> Vec<String> {
+    [
+        &status.last_successful_spec,
+        &status.previous_successful_spec,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|s| s.version.clone())
+    .collect()
+}
+
+/// Why a rollback to `version` is refused, in the words every place that
+/// refuses it uses (the operator's condition, `rollback`, and the
+/// admission policy in deploy/admission).
+pub fn not_retained(version: &str, retained: &[String]) -> String {
+    let listed = if retained.is_empty() {
+        "none yet".to_owned()
+    } else {
+        retained.join(", ")
+    };
+    format!(
+        "{ROLLBACK_TO_ANNOTATION}={version} is not a retained version (retained: {listed}); nothing was changed"
+    )
 }
 
 /// `(created, key)` ordering: older first, unknown creation last, then by name.

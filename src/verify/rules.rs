@@ -286,20 +286,10 @@ fn first_by_key<'d>(docs: &'d [Document], ns: &str) -> BTreeMap<ResourceKey, Fac
     map
 }
 
-/// The versions the operator accepts in `openmed.ai/rollback-to`.
+/// The versions the operator accepts in `openmed.ai/rollback-to`, each once.
 fn status_retained(status: &OpenMedModelStatus) -> Vec<String> {
-    let mut versions: Vec<String> = Vec::new();
-    for spec in [
-        &status.last_successful_spec,
-        &status.previous_successful_spec,
-    ]
-    .into_iter()
-    .flatten()
-    {
-        if !versions.contains(&spec.version) {
-            versions.push(spec.version.clone());
-        }
-    }
+    let mut versions = crate::rollout::retained_versions(status);
+    versions.dedup();
     versions
 }
 
