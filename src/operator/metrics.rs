@@ -296,3 +296,107 @@ impl Drop for WorkerGuard<'_> {
         self.0.dec();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The series names the operator exports: every `# TYPE` family, with
+    /// the suffixes the exposition adds to counters and histograms.
+    fn exported() -> BTreeSet<String> {
+        // A labelled family shows in the exposition once it has a series:
+        // give every one a series, as the operator's work does.
+        let metrics = Metrics::default();
+        metrics.leading("openmed-operator", true);
+        metrics.reconciled("success", Duration::from_millis(3));
+        metrics.failed("conflict");
+        metrics.wrote("deployments", "patch");
+        for why in [
+            reason::ROLLOUT_STARTED,
+            reason::ROLLBACK_STARTED,
+            reason::CANARY_STARTED,
+        ] {
+            let event = Event {
+                type_: crate::rollout::EventType::Normal,
+                reason: why,
+                message: String::new(),
+            };
+            metrics.observe_event(&event, None);
+        }
+        let text = metrics.encode();
+        let mut names = BTreeSet::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("# TYPE ") else {
+                continue;
+            };
+            let mut words = rest.split_whitespace();
+            let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+                continue;
+            };
+            match kind {
+                "counter" => {
+                    names.insert(format!("{name}_total"));
+                }
+                "histogram" => {
+                    for suffix in ["_bucket", "_sum", "_count"] {
+                        names.insert(format!("{name}{suffix}"));
+                    }
+                }
+                _ => {
+                    names.insert(name.to_owned());
+                }
+            }
+        }
+        names
+    }
+
+    /// Metric names in PromQL text: identifiers directly followed by `{`
+    /// (every query of the bundle selects by label).
+    fn referenced(text: &str) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        let bytes = text.as_bytes();
+        for (i, _) in text.match_indices('{') {
+            let start = text[..i]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                .map_or(0, |p| p + 1);
+            let name = &text[start..i];
+            if !name.is_empty() && bytes[start].is_ascii_alphabetic() {
+                names.insert(name.to_owned());
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn the_monitoring_bundle_reads_only_exported_metrics() {
+        let exported = exported();
+        assert!(exported.contains("openmed_rollbacks_total"), "{exported:?}");
+        assert!(exported.contains("controller_runtime_reconcile_time_seconds_bucket"));
+        for (file, text) in [
+            (
+                "deploy/monitoring/prometheusrule.yaml",
+                include_str!("../../deploy/monitoring/prometheusrule.yaml"),
+            ),
+            (
+                "deploy/monitoring/dashboard.json",
+                include_str!("../../deploy/monitoring/dashboard.json"),
+            ),
+        ] {
+            let used = referenced(text);
+            assert!(used.len() >= 5, "{file}: {used:?}");
+            for name in used {
+                // `up` is Prometheus's own; label maps in JSON and YAML
+                // (exp_labels, matchLabels) are not queries.
+                if name == "up" || !name.contains('_') {
+                    continue;
+                }
+                assert!(
+                    exported.contains(&name),
+                    "{file} reads {name}, which the operator does not export"
+                );
+            }
+        }
+    }
+}
