@@ -16,6 +16,8 @@ use serde_json::json;
 use super::{EXIT_FINDINGS, EXIT_OK, EXIT_USAGE};
 use crate::api::names::ROLLBACK_TO_ANNOTATION;
 use crate::api::{OpenMedModel, OpenMedModelStatus, Phase};
+use crate::rollout::conditions::{READY, STALLED, is_true};
+use crate::rollout::{self, reason};
 
 /// Which OpenMedModel, and how long to follow it.
 #[derive(Debug, clap::Args)]
@@ -132,11 +134,12 @@ pub fn rollback(args: &RollbackArgs) -> u8 {
         let version = args.version.as_str();
         let ended = follow(&api, &args.target, |model| {
             let status = model.status.as_ref()?;
-            let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+            let ready = status.conditions.iter().find(|c| c.type_ == READY);
             // Refused after all (the retained versions moved meanwhile).
             if let Some(c) = ready
-                && c.reason == "RollbackTargetUnavailable"
-                && c.message.contains(&format!("={version} "))
+                && c.reason == reason::ROLLBACK_TARGET_UNAVAILABLE
+                && c.message
+                    .starts_with(&format!("{ROLLBACK_TO_ANNOTATION}={version} "))
             {
                 return Some(Err(format!("{name}: {}", c.message)));
             }
@@ -172,16 +175,9 @@ async fn start_rollback(api: &Api<OpenMedModel>, args: &RollbackArgs) -> Result<
         .await
         .map_err(|e| End::Api(format!("{name}: {e}")))?;
     let status = model.status.clone().unwrap_or_default();
-    let retained = retained(&status);
+    let retained = rollout::retained_versions(&status);
     if !retained.contains(version) {
-        let listed = if retained.is_empty() {
-            "none yet".to_owned()
-        } else {
-            retained.join(", ")
-        };
-        return Err(End::Not(format!(
-            "{ROLLBACK_TO_ANNOTATION}={version} is not a retained version (retained: {listed}); nothing was changed"
-        )));
+        return Err(End::Not(rollout::not_retained(version, &retained)));
     }
     if status.active_version.as_deref() == Some(version.as_str())
         && model.annotations().get(ROLLBACK_TO_ANNOTATION) == Some(version)
@@ -212,10 +208,10 @@ pub fn wait(args: &WaitArgs) -> u8 {
             if status.observed_generation != model.metadata.generation {
                 return None;
             }
-            let ready = condition_true(status, "Ready");
+            let ready = is_true(&status.conditions, READY);
             let rolled_back = status.phase == Some(Phase::RolledBack);
             let failed = status.phase == Some(Phase::Failed);
-            let stalled = condition_true(status, "Stalled");
+            let stalled = is_true(&status.conditions, STALLED);
             let summary = || {
                 let serving = status.active_version.as_deref().unwrap_or("nothing yet");
                 let message = ready_message(status);
@@ -310,29 +306,10 @@ async fn follow(
     }
 }
 
-/// The versions a manual rollback may name, most recent first.
-pub fn retained(status: &OpenMedModelStatus) -> Vec<String> {
-    [
-        &status.last_successful_spec,
-        &status.previous_successful_spec,
-    ]
-    .into_iter()
-    .flatten()
-    .map(|s| s.version.clone())
-    .collect()
-}
-
-fn condition_true(status: &OpenMedModelStatus, kind: &str) -> bool {
-    status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == kind && c.status == "True")
-}
-
 fn ready_message(status: &OpenMedModelStatus) -> &str {
     status
         .conditions
         .iter()
-        .find(|c| c.type_ == "Ready")
+        .find(|c| c.type_ == READY)
         .map_or("", |c| c.message.as_str())
 }
