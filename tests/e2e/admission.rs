@@ -335,13 +335,9 @@ fn a_rollback_may_name_only_a_retained_version_and_the_operator_acts_on_it() {
             panic!("the rollback to {v3} was not denied by {ROLLBACK_POLICY}: {denied:?}");
         };
         assert!(message.contains(&expected), "{message}");
-        let stored = env.models().get("svc").await.unwrap();
-        assert!(
-            !stored
-                .metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key("openmed.ai/rollback-to"),
+        assert_eq!(
+            env.annotation("svc", "openmed.ai/rollback-to").await,
+            None,
             "the annotation was not stored"
         );
 

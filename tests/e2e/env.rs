@@ -99,6 +99,18 @@ impl Env {
         .await
     }
 
+    /// The stored annotation `key` of model `name`, if set.
+    pub async fn annotation(&self, name: &str, key: &str) -> Option<String> {
+        self.models()
+            .get(name)
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .remove(key)
+    }
+
     /// The Deployment `svc` and its model, rolled out to v1 and then to v2
     /// (so both are retained); returns the two versions.
     pub async fn v1_then_v2(&self) -> (String, String) {

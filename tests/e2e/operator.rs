@@ -436,14 +436,8 @@ fn manual_rollbacks_are_accepted_or_rejected_and_recover() {
             status.message
         );
         assert_eq!(
-            env.models()
-                .get("svc")
-                .await
-                .unwrap()
-                .metadata
-                .annotations
-                .unwrap_or_default()["openmed.ai/rollback-to"],
-            v1,
+            env.annotation("svc", "openmed.ai/rollback-to").await,
+            Some(v1.clone()),
             "the stored annotation is unchanged"
         );
         assert_eq!(

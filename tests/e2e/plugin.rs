@@ -176,14 +176,7 @@ fn rollback_refuses_what_is_not_retained_and_follows_what_is() {
             "{}",
             text(&out.stderr)
         );
-        let stored = env.models().get("svc").await.unwrap();
-        assert!(
-            !stored
-                .metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key("openmed.ai/rollback-to")
-        );
+        assert_eq!(env.annotation("svc", "openmed.ai/rollback-to").await, None);
 
         // Retained: annotated, followed to the end, exit 0.
         let out = run(&env, &["rollback", "svc", &v1, "--timeout", "2m"]);
