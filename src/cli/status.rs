@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
@@ -203,16 +204,22 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
         }
     }
 
-    // Core Events carry one-second timestamps, so several of a rollout
-    // share one; the resourceVersion, which grows with every write, orders
-    // those among themselves.
+    // The operator's events carry microseconds; older ones (core Events,
+    // from before the operator wrote events.k8s.io/v1) have whole seconds,
+    // so several of a rollout share one: the resourceVersion, which grows
+    // with every write, orders those among themselves.
     let mut events: Vec<&Event> = o.events.iter().collect();
     events.sort_by_key(|e| (event_time(e), written(e)));
     let skip = events.len().saturating_sub(EVENTS_SHOWN);
     let rows: Vec<Vec<String>> = events[skip..]
         .iter()
         .map(|e| {
-            let count = e.count.unwrap_or(1);
+            let count = e
+                .series
+                .as_ref()
+                .map(|s| s.count)
+                .or(e.deprecated_count)
+                .unwrap_or(1);
             let reason = e.reason.clone().unwrap_or_default();
             vec![
                 event_time(e).map_or("-".to_owned(), |t| age(t, now)),
@@ -222,7 +229,7 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
                 } else {
                     reason
                 },
-                e.message.clone().unwrap_or_default(),
+                e.note.clone().unwrap_or_default(),
             ]
         })
         .collect();
@@ -329,12 +336,15 @@ fn revision(rs: &ReplicaSet) -> i64 {
         .unwrap_or(0)
 }
 
+/// When the event last happened: a repeat's latest occurrence, else its
+/// only one.
 fn event_time(e: &Event) -> Option<Timestamp> {
-    e.event_time
+    e.series
         .as_ref()
-        .map(|t| t.0)
-        .or_else(|| e.last_timestamp.as_ref().map(|t| t.0))
-        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
+        .map(|s| s.last_observed_time.0)
+        .or_else(|| e.deprecated_last_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        .or_else(|| e.deprecated_first_timestamp.as_ref().map(|t| t.0))
         .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
@@ -424,7 +434,7 @@ async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Observe
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     let events = events
         .list(&ListParams::default().fields(&format!(
-            "involvedObject.kind=OpenMedModel,involvedObject.name={name}"
+            "regarding.kind=OpenMedModel,regarding.name={name}"
         )))
         .await?
         .items;
@@ -498,7 +508,7 @@ async fn redraw_on_change(
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     let named = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let about = watcher::Config::default().fields(&format!(
-        "involvedObject.kind=OpenMedModel,involvedObject.name={name}"
+        "regarding.kind=OpenMedModel,regarding.name={name}"
     ));
     let changes = futures::stream::select_all([
         watcher(models, named).map_ok(|_| ()).boxed(),
@@ -580,12 +590,30 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn event(name: &str, reason: &str, at: &str, version: &str, count: i32) -> Event {
+    /// An event as the operator writes it: `eventTime` in microseconds,
+    /// a `series` for repeats.
+    fn event(name: &str, reason: &str, at: &str, version: &str, series: Option<&str>) -> Event {
+        let mut event = json!({
+            "metadata": {"name": name, "namespace": "team", "resourceVersion": version},
+            "regarding": {"kind": "OpenMedModel", "name": "svc"},
+            "reason": reason, "note": reason, "type": "Normal", "action": "Rollout",
+            "eventTime": at, "reportingController": "openmed-operator",
+        });
+        if let Some(last) = series {
+            event["series"] = json!({"count": 2, "lastObservedTime": last});
+        }
+        serde_json::from_value(event).unwrap()
+    }
+
+    /// A core Event, as an operator before events.k8s.io/v1 wrote them,
+    /// read through events.k8s.io/v1: whole seconds and a count.
+    fn legacy_event(name: &str, reason: &str, at: &str, version: &str, count: i32) -> Event {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "team", "resourceVersion": version},
-            "involvedObject": {"kind": "OpenMedModel", "name": "svc"},
-            "reason": reason, "message": reason, "type": "Normal",
-            "lastTimestamp": at, "count": count,
+            "regarding": {"kind": "OpenMedModel", "name": "svc"},
+            "reason": reason, "note": reason, "type": "Normal",
+            "deprecatedFirstTimestamp": at, "deprecatedLastTimestamp": at,
+            "deprecatedCount": count,
         }))
         .unwrap()
     }
@@ -612,13 +640,37 @@ mod tests {
     }
 
     #[test]
-    fn events_of_one_second_keep_the_order_they_were_written_in() {
+    fn events_list_in_the_order_they_happened() {
         let at = "2026-12-01T10:00:00Z";
         // Listed by name, as the API server does; written in another order.
         let events = vec![
-            event("a", "RolloutSucceeded", at, "120", 1),
-            event("b", "RolloutStarted", at, "101", 1),
-            event("c", "CanaryWeightChanged", "2026-12-01T09:59:59Z", "99", 2),
+            // Within one second, to the microsecond, whatever the names.
+            event(
+                "a",
+                "RolloutSucceeded",
+                "2026-12-01T10:00:01.000300Z",
+                "130",
+                None,
+            ),
+            event(
+                "b",
+                "RolloutStarted",
+                "2026-12-01T10:00:01.000200Z",
+                "131",
+                None,
+            ),
+            // A repeat lists at its latest occurrence.
+            event(
+                "c",
+                "DriftCorrected",
+                "2026-12-01T09:59:58.000000Z",
+                "132",
+                Some("2026-12-01T10:00:02.000000Z"),
+            ),
+            // Older core Events of one second: in the order they were written.
+            legacy_event("d", "RollbackSucceeded", at, "120", 1),
+            legacy_event("e", "RollbackStarted", at, "101", 1),
+            legacy_event("f", "CanaryWeightChanged", "2026-12-01T09:59:59Z", "99", 2),
         ];
         let now: Timestamp = "2026-12-01T10:00:30Z".parse().unwrap();
         let text = view(&observed(json!({}), events), now);
@@ -630,10 +682,18 @@ mod tests {
             .collect();
         assert_eq!(
             order,
-            ["CanaryWeightChanged", "RolloutStarted", "RolloutSucceeded"]
+            [
+                "CanaryWeightChanged",
+                "RollbackStarted",
+                "RollbackSucceeded",
+                "RolloutStarted",
+                "RolloutSucceeded",
+                "DriftCorrected",
+            ]
         );
         assert!(text.contains("CanaryWeightChanged (×2)"), "{text}");
-        assert!(text.contains("  31s  Normal"), "{text}");
+        assert!(text.contains("DriftCorrected (×2)"), "{text}");
+        assert!(text.contains("  28s  Normal"), "{text}");
     }
 
     #[test]

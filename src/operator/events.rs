@@ -1,17 +1,25 @@
-//! Kubernetes Events about OpenMedModels.
+//! Kubernetes Events about OpenMedModels, as `events.k8s.io/v1`.
 //!
 //! Each event has a name derived from (resource UID, reason, generation), so
 //! a reconcile that is retried never creates a second object for the same
 //! occurrence; a genuine repeat (drift corrected twice in one generation)
-//! finds the existing event and increments its `count` instead of being
-//! dropped. Messages carry lifecycle state only, never request text, model
-//! output, patient data or credentials.
+//! finds the existing event and extends its `series` instead of being
+//! dropped. `eventTime` has microseconds, so the events of one rollout,
+//! written within the same second, still list in the order they happened.
+//! Messages carry lifecycle state only, never request text, model output,
+//! patient data or credentials.
+//!
+//! kube's own `Recorder` writes the same API, but names each event after
+//! the time it was sent: a create retried after a lost answer, or a second
+//! operator instance, would write a second object for one occurrence.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::{Event as KubeEvent, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as KubeEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -21,13 +29,19 @@ use super::model::RawModel;
 use crate::api::names::FIELD_MANAGER;
 use crate::api::{API_VERSION, KIND};
 use crate::plan::canonical::hex;
-use crate::rollout::{Event, EventType};
+use crate::rollout::{self, Event, EventType};
 
 /// An annotation with a value unique to one attempt to create an event: a
 /// create that took effect but was answered with an error (a 504 after
 /// commit, which the client retries) finds its own event on the retry, by
 /// this value, and does not count itself twice.
 const OCCURRENCE_ANNOTATION: &str = "openmed.ai/event-occurrence";
+
+/// The API server refuses a `note` longer than this (bytes).
+const NOTE_LIMIT: usize = 1024;
+
+/// The API server refuses a `reportingInstance` longer than this (bytes).
+const INSTANCE_LIMIT: usize = 128;
 
 /// Writes events; remembers counts so repeats cost one request.
 ///
@@ -104,52 +118,15 @@ impl Recorder {
         format!("{prefix}.{}", &hex(&digest)[..16])
     }
 
-    /// Records `event` on `resource`: creates it, or counts a repeat.
-    pub async fn record(
-        &self,
-        resource: &RawModel,
-        event: &Event,
-        now: &Time,
-    ) -> Result<(), kube::Error> {
+    /// Records `event` on `resource`: creates it, or counts a repeat in
+    /// its `series`. The time is taken here, to the microsecond, so events
+    /// recorded one after another list in that order.
+    pub async fn record(&self, resource: &RawModel, event: &Event) -> Result<(), kube::Error> {
         let namespace = resource.namespace().unwrap_or_default();
         let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
         let name = Self::name(resource, event.reason);
-        let type_ = match event.type_ {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        };
         let occurrence = uuid::Uuid::new_v4().to_string();
-        let body = KubeEvent {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(namespace.clone()),
-                annotations: Some([(OCCURRENCE_ANNOTATION.to_owned(), occurrence.clone())].into()),
-                ..ObjectMeta::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some(API_VERSION.to_owned()),
-                kind: Some(KIND.to_owned()),
-                name: Some(resource.name_any()),
-                namespace: Some(namespace.clone()),
-                uid: resource.uid(),
-                resource_version: resource.resource_version(),
-                ..ObjectReference::default()
-            },
-            reason: Some(event.reason.to_owned()),
-            message: Some(event.message.clone()),
-            type_: Some(type_.to_owned()),
-            count: Some(1),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now.clone()),
-            event_time: None::<MicroTime>,
-            source: Some(EventSource {
-                component: Some(FIELD_MANAGER.to_owned()),
-                host: None,
-            }),
-            reporting_component: Some(FIELD_MANAGER.to_owned()),
-            reporting_instance: Some(self.instance.clone()),
-            ..KubeEvent::default()
-        };
+        let body = self.body(resource, event, &name, &occurrence, Timestamp::now());
         match api.create(&PostParams::default(), &body).await {
             Ok(_) => {
                 self.remember(resource, name, 1);
@@ -160,7 +137,7 @@ impl Recorder {
                     Some(c) => c,
                     None => {
                         let existing = api.get(&name).await?;
-                        let count = existing.count.unwrap_or(1);
+                        let count = existing.series.as_ref().map_or(1, |s| s.count);
                         if existing.annotations().get(OCCURRENCE_ANNOTATION) == Some(&occurrence) {
                             // This very create took effect on an earlier try.
                             self.remember(resource, name, count);
@@ -169,16 +146,77 @@ impl Recorder {
                         count
                     }
                 } + 1;
-                let patch =
-                    json!({ "count": count, "lastTimestamp": now, "message": event.message });
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await?;
+                // Only the series may change: the API server keeps an
+                // event's note, reason and times as first written.
+                let series = EventSeries {
+                    count,
+                    last_observed_time: MicroTime(Timestamp::now()),
+                };
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "series": series })),
+                )
+                .await?;
                 self.remember(resource, name, count);
                 Ok(())
             }
             Err(e) => Err(e),
         }
     }
+
+    /// The first occurrence's object.
+    fn body(
+        &self,
+        resource: &RawModel,
+        event: &Event,
+        name: &str,
+        occurrence: &str,
+        at: Timestamp,
+    ) -> KubeEvent {
+        let namespace = resource.namespace().unwrap_or_default();
+        let type_ = match event.type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        };
+        KubeEvent {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.clone()),
+                annotations: Some(
+                    [(OCCURRENCE_ANNOTATION.to_owned(), occurrence.to_owned())].into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            regarding: Some(ObjectReference {
+                api_version: Some(API_VERSION.to_owned()),
+                kind: Some(KIND.to_owned()),
+                name: Some(resource.name_any()),
+                namespace: Some(namespace),
+                uid: resource.uid(),
+                resource_version: resource.resource_version(),
+                ..ObjectReference::default()
+            }),
+            action: Some(rollout::action(event.reason).to_owned()),
+            reason: Some(event.reason.to_owned()),
+            note: Some(truncated(&event.message, NOTE_LIMIT).to_owned()),
+            type_: Some(type_.to_owned()),
+            event_time: Some(MicroTime(at)),
+            reporting_controller: Some(FIELD_MANAGER.to_owned()),
+            reporting_instance: Some(truncated(&self.instance, INSTANCE_LIMIT).to_owned()),
+            ..KubeEvent::default()
+        }
+    }
+}
+
+/// The longest prefix of `text` that fits in `limit` bytes, on a character
+/// boundary.
+fn truncated(text: &str, limit: usize) -> &str {
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 #[cfg(test)]
@@ -194,10 +232,45 @@ mod tests {
         .unwrap()
     }
 
+    fn recorder(instance: &str) -> Recorder {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        Recorder::new(Client::try_from(config).unwrap(), instance.into())
+    }
+
+    #[tokio::test]
+    async fn the_first_occurrence_is_an_events_v1_object_the_api_server_accepts() {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: crate::rollout::reason::ROLLOUT_FAILED,
+            message: "é".repeat(600),
+        };
+        let at: Timestamp = "2026-12-01T10:00:00.123456Z".parse().unwrap();
+        let body = recorder(&"p".repeat(200)).body(&model("a", 3), &event, "m.x", "o", at);
+        let wire = serde_json::to_value(&body).unwrap();
+        assert_eq!(wire["eventTime"], "2026-12-01T10:00:00.123456Z");
+        assert_eq!(wire["action"], "Rollout");
+        assert_eq!(wire["reportingController"], FIELD_MANAGER);
+        assert_eq!(wire["regarding"]["kind"], KIND);
+        assert_eq!(wire["type"], "Warning");
+        assert!(
+            wire.get("series").is_none(),
+            "a first occurrence has no series"
+        );
+        let note = wire["note"].as_str().unwrap();
+        assert_eq!(
+            note.len(),
+            NOTE_LIMIT,
+            "cut to the limit on a character boundary"
+        );
+        assert_eq!(
+            wire["reportingInstance"].as_str().unwrap().len(),
+            INSTANCE_LIMIT
+        );
+    }
+
     #[tokio::test]
     async fn counts_are_kept_per_resource_for_its_current_generation_only() {
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-        let recorder = Recorder::new(Client::try_from(config).unwrap(), "test".into());
+        let recorder = recorder("test");
         recorder.remember(&model("a", 1), "m.1".into(), 3);
         recorder.remember(&model("b", 1), "m.2".into(), 1);
         assert_eq!(recorder.known(&model("a", 1), "m.1"), Some(3));

@@ -506,7 +506,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
             }
         }
         if decision.writes.is_empty() {
-            record_events(ctx, &current, &decision, &now).await;
+            record_events(ctx, &current, &decision).await;
             let resync = ctx.resync;
             let after = decision.requeue_after.map_or(resync, |d| d.min(resync));
             return Ok(Action::requeue(after));
@@ -516,7 +516,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         // not on the path from a change to its writes. They are recorded
         // whatever the writes' outcome (the status already holds it).
         let written = execute(&decision.writes, &namespace, ctx, &mut fresh).await;
-        record_events(ctx, &current, &decision, &now).await;
+        record_events(ctx, &current, &decision).await;
         written?;
     }
     Err(Error::NotConverged(last_writes))
@@ -550,7 +550,7 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
         let decision = decide(&view, &world, &[], ctx.settings, now.clone());
-        record_events(ctx, obj, &decision, &now).await;
+        record_events(ctx, obj, &decision).await;
         if decision.finished {
             remove_finalizer(api, obj).await?;
             ctx.recorder.forget(obj);
@@ -573,12 +573,12 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
 /// Records a decision's events, each bounded in time: they tell people what
 /// happened, and a slow event must not hold a worker, nor a lost one undo
 /// the decision (its status is already written).
-async fn record_events(ctx: &Context, resource: &RawModel, decision: &Decision, now: &Time) {
+async fn record_events(ctx: &Context, resource: &RawModel, decision: &Decision) {
     for event in &decision.events {
         ctx.metrics
             .observe_event(event, decision.status.rollback_request.as_deref());
         info!(reason = event.reason, message = %event.message, "event");
-        match tokio::time::timeout(EVENT_TIMEOUT, ctx.recorder.record(resource, event, now)).await {
+        match tokio::time::timeout(EVENT_TIMEOUT, ctx.recorder.record(resource, event)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => warn!(error = %e, reason = event.reason, "could not record event"),
             Err(_) => warn!(reason = event.reason, "recording the event timed out"),

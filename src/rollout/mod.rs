@@ -271,6 +271,33 @@ pub mod reason {
     pub const ERROR_RESOLVED: &str = "ErrorResolved";
 }
 
+/// The `action` of an `events.k8s.io/v1` Event: what the operator was doing
+/// about the resource when the event happened, one word per kind of work.
+pub fn action(event_reason: &str) -> &'static str {
+    use reason::*;
+    match event_reason {
+        ROLLOUT_STARTED | ROLLOUT_SUCCEEDED | ROLLOUT_FAILED => "Rollout",
+        ROLLBACK_STARTED | ROLLBACK_SUCCEEDED | ROLLBACK_FAILED | ROLLBACK_REJECTED => "Rollback",
+        CANARY_STARTED
+        | CANARY_WARMING
+        | CANARY_PROGRESSING
+        | CANARY_WEIGHT_CHANGED
+        | CANARY_PAUSED
+        | CANARY_PROMOTED_BY_HAND
+        | CANARY_PROMOTING
+        | CANARY_PROMOTED
+        | CANARY_ABORTED
+        | CANARY_TARGET_INVALID
+        | ROUTE_INVALID
+        | ROUTE_DRIFT
+        | ANALYSIS_FAILED
+        | ANALYSIS_INCONCLUSIVE => "Canary",
+        DRIFT_CORRECTED => "RestoreOwnedFields",
+        TARGET_RELEASED => "Release",
+        _ => "Reconcile",
+    }
+}
+
 /// How the spec to apply was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {

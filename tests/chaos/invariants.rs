@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::events::v1::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use openmed_op::api::names::{
@@ -388,19 +389,20 @@ impl Checks {
     /// No DriftCorrected without a foreign writer; each lifecycle event once.
     fn event(&self, event: &Event) {
         let reason = event.reason.clone().unwrap_or_default();
-        let object = event.involved_object.name.clone().unwrap_or_default();
+        let object = event
+            .regarding
+            .as_ref()
+            .and_then(|r| r.name.clone())
+            .unwrap_or_default();
+        let note = event.note.clone().unwrap_or_default();
+        let count = event.series.as_ref().map_or(1, |s| s.count);
         if reason == "DriftCorrected" && !self.expect.foreign_writer.load(Ordering::SeqCst) {
             self.report(format!(
-                "{object}: DriftCorrected with no other writer: {}",
-                event.message.clone().unwrap_or_default()
+                "{object}: DriftCorrected with no other writer: {note}"
             ));
         }
-        if ONCE.contains(&reason.as_str()) && event.count.unwrap_or(1) > 1 {
-            self.report(format!(
-                "{object}: {reason} recorded {} times: {}",
-                event.count.unwrap_or(1),
-                event.message.clone().unwrap_or_default()
-            ));
+        if ONCE.contains(&reason.as_str()) && count > 1 {
+            self.report(format!("{object}: {reason} recorded {count} times: {note}"));
         }
     }
 }

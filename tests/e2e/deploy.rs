@@ -84,7 +84,7 @@ const GRANTED: &[&[&str]] = &[
     &["create", "configmaps", "-n", "default"],
     &["delete", "configmaps", "-n", "default"],
     &["list", "horizontalpodautoscalers.autoscaling", "-A"],
-    &["create", "events", "-n", "default"],
+    &["create", "events.events.k8s.io", "-n", "default"],
 ];
 
 /// Leader election: the one Lease in the operator's namespace.

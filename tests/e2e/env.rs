@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Event as KubeEvent};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use openmed_op::api::{OpenMedModel, OpenMedModelStatus, Phase};
@@ -156,10 +157,11 @@ impl Env {
             .items
             .into_iter()
             .filter(|e| {
-                e.involved_object.name.as_deref() == Some(object)
-                    && e.involved_object.kind.as_deref() == Some("OpenMedModel")
+                e.regarding.as_ref().is_some_and(|r| {
+                    r.name.as_deref() == Some(object) && r.kind.as_deref() == Some("OpenMedModel")
+                })
             })
-            .map(|e| (e.reason.unwrap_or_default(), e.count.unwrap_or(1)))
+            .map(|e| (e.reason.unwrap_or_default(), e.series.map_or(1, |s| s.count)))
             .collect();
         events.sort();
         events

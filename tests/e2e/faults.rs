@@ -342,7 +342,7 @@ rules:
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [list, watch]
-- apiGroups: ['']
+- apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [get, create, patch]
 "
