@@ -1,0 +1,93 @@
+{{/*
+The release's full name: the release name when it already says
+openmed-operator, else <release>-openmed-operator. Every object, the
+leader-election Lease and (by default) the ServiceAccount carry it, so a
+release named openmed-operator has the names of deploy/operator.
+*/}}
+{{- define "openmed-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "openmed-operator.serviceAccountName" -}}
+{{- default (include "openmed-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The identity the API server sees the operator as. */}}
+{{- define "openmed-operator.username" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "openmed-operator.serviceAccountName" .) -}}
+{{- end -}}
+
+{{/* What selects the operator's pods (immutable once installed). */}}
+{{- define "openmed-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "openmed-operator.labels" -}}
+{{ include "openmed-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "openmed-operator.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Exactly what the operator uses, and nothing else: no Secrets, no Pods, no
+Services, no Nodes, and it can neither create nor delete Deployments. The
+ClusterRole (all namespaces) and each Role (watchNamespaces) grant these.
+docs/operations.md gives the reason for every rule.
+*/}}
+{{- define "openmed-operator.rules" -}}
+# Watch OpenMedModels; add and remove the finalizer (JSON patch).
+- apiGroups: [openmed.ai]
+  resources: [openmedmodels]
+  verbs: [get, list, watch, patch]
+# Write status through the status subresource (with resourceVersion).
+- apiGroups: [openmed.ai]
+  resources: [openmedmodels/status]
+  verbs: [update]
+# Owner references with blockOwnerDeletion on the owned ConfigMaps.
+- apiGroups: [openmed.ai]
+  resources: [openmedmodels/finalizers]
+  verbs: [update]
+# Watch managed Deployments, read a target not yet managed, apply the
+# owned fields. No create, no delete.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, patch]
+# The owned ConfigMaps: watch, create by apply, restore, delete.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete]
+# Which manifest snapshots the target's ReplicaSets still reference:
+# their metadata only, never their pods.
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [list, watch]
+# Never write replicas while an autoscaler scales the target.
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [list, watch]
+# Canaries: read the HTTPRoute a canary names and patch its two backend
+# weights.
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [httproutes]
+  verbs: [get, patch]
+# Events about OpenMedModels (events.k8s.io/v1); a repeat extends the
+# series of the same object.
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [get, create, patch]
+{{- end -}}
