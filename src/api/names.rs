@@ -3,8 +3,13 @@
 //! Every one of these is part of the compatibility contract with the earlier
 //! Python operator or with users' manifests; changing one breaks clusters.
 
-/// Field manager of every server-side apply the operator makes.
+/// Field manager of every server-side apply the operator makes, and the
+/// `reportingController` of its Events.
 pub const FIELD_MANAGER: &str = "openmed-operator";
+
+/// Annotation on each Event: the OpenMedModel's `metadata.generation` it is
+/// about, i.e. which change of the spec it belongs to.
+pub const EVENT_GENERATION_ANNOTATION: &str = "openmed.ai/generation";
 
 /// Annotation naming the owning resource, `<namespace>/<name>`, on the
 /// ConfigMap, the Deployment and its pod template.

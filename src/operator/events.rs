@@ -1,10 +1,12 @@
 //! Kubernetes Events about OpenMedModels, as `events.k8s.io/v1`.
 //!
-//! Each event has a name derived from (resource UID, reason, generation), so
-//! a reconcile that is retried never creates a second object for the same
-//! occurrence; a genuine repeat (drift corrected twice in one generation)
-//! finds the existing event and extends its `series` instead of being
-//! dropped. `eventTime` has microseconds, so the events of one rollout,
+//! Each event has a name derived from (resource UID, reason, generation,
+//! note), so a reconcile that is retried never creates a second object for
+//! the same occurrence; a genuine repeat (the same drift corrected twice in
+//! one generation) finds the existing event and extends its `series`
+//! instead of being dropped. The note is part of the name because the API
+//! server keeps an event's note as first written: a canary's second step
+//! is an event of its own, not a repeat of the first under its note. `eventTime` has microseconds, so the events of one rollout,
 //! written within the same second, still list in the order they happened.
 //! Messages carry lifecycle state only, never request text, model output,
 //! patient data or credentials.
@@ -26,7 +28,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::model::RawModel;
-use crate::api::names::FIELD_MANAGER;
+use crate::api::names::{EVENT_GENERATION_ANNOTATION, FIELD_MANAGER};
 use crate::api::{API_VERSION, KIND};
 use crate::plan::canonical::hex;
 use crate::rollout::{self, Event, EventType};
@@ -108,10 +110,10 @@ impl Recorder {
     }
 
     /// The deterministic name of an occurrence.
-    pub fn name(resource: &RawModel, reason: &str) -> String {
+    pub fn name(resource: &RawModel, reason: &str, note: &str) -> String {
         let uid = resource.uid().unwrap_or_default();
         let generation = resource.metadata.generation.unwrap_or(0);
-        let digest = Sha256::digest(format!("{uid}/{reason}/{generation}").as_bytes());
+        let digest = Sha256::digest(format!("{uid}/{reason}/{generation}/{note}").as_bytes());
         let name = resource.name_any();
         let keep = 253 - 17;
         let prefix: String = name.chars().take(keep).collect();
@@ -124,7 +126,7 @@ impl Recorder {
     pub async fn record(&self, resource: &RawModel, event: &Event) -> Result<(), kube::Error> {
         let namespace = resource.namespace().unwrap_or_default();
         let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
-        let name = Self::name(resource, event.reason);
+        let name = Self::name(resource, event.reason, &event.message);
         let occurrence = uuid::Uuid::new_v4().to_string();
         let body = self.body(resource, event, &name, &occurrence, Timestamp::now());
         match api.create(&PostParams::default(), &body).await {
@@ -184,7 +186,14 @@ impl Recorder {
                 name: Some(name.to_owned()),
                 namespace: Some(namespace.clone()),
                 annotations: Some(
-                    [(OCCURRENCE_ANNOTATION.to_owned(), occurrence.to_owned())].into(),
+                    [
+                        (OCCURRENCE_ANNOTATION.to_owned(), occurrence.to_owned()),
+                        (
+                            EVENT_GENERATION_ANNOTATION.to_owned(),
+                            resource.metadata.generation.unwrap_or(0).to_string(),
+                        ),
+                    ]
+                    .into(),
                 ),
                 ..ObjectMeta::default()
             },

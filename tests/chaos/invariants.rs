@@ -19,7 +19,8 @@ use k8s_openapi::api::events::v1::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use openmed_op::api::names::{
-    MANIFEST_KEY, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION, PRELOAD_ENV,
+    EVENT_GENERATION_ANNOTATION, MANIFEST_KEY, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
+    PRELOAD_ENV,
 };
 use openmed_op::api::{OpenMedModel, Phase};
 use openmed_op::plan::canonical::{sha256_tag, to_canonical_json};
@@ -74,6 +75,7 @@ impl Invariants {
             expect: expect.clone(),
             violations: violations.clone(),
             rollback_counts: Arc::new(Mutex::new(BTreeMap::new())),
+            lifecycle: Arc::new(Mutex::new(BTreeMap::new())),
         };
         let tasks = vec![
             each_change(Api::<Pod>::namespaced(client.clone(), namespace), {
@@ -281,6 +283,9 @@ struct Checks {
     expect: Arc<Expect>,
     violations: Arc<Mutex<Vec<String>>>,
     rollback_counts: Arc<Mutex<BTreeMap<String, i64>>>,
+    /// The event seen for each lifecycle reason of each resource's
+    /// generation: (uid, reason, generation) -> event name.
+    lifecycle: Arc<Mutex<BTreeMap<(String, String, String), String>>>,
 }
 
 impl Checks {
@@ -403,6 +408,30 @@ impl Checks {
         }
         if ONCE.contains(&reason.as_str()) && count > 1 {
             self.report(format!("{object}: {reason} recorded {count} times: {note}"));
+        }
+        // The same lifecycle step with another note is another Event (the
+        // note is part of an Event's name): still a duplicate.
+        if ONCE.contains(&reason.as_str()) {
+            let uid = event
+                .regarding
+                .as_ref()
+                .and_then(|r| r.uid.clone())
+                .unwrap_or_default();
+            let generation = event
+                .annotations()
+                .get(EVENT_GENERATION_ANNOTATION)
+                .cloned()
+                .unwrap_or_default();
+            let name = event.name_any();
+            let mut seen = self.lifecycle.lock().unwrap();
+            let first = seen
+                .entry((uid, reason.clone(), generation.clone()))
+                .or_insert_with(|| name.clone());
+            if *first != name {
+                self.report(format!(
+                    "{object}: {reason} recorded twice for generation {generation}: {note}"
+                ));
+            }
         }
     }
 }

@@ -148,9 +148,10 @@ impl Env {
         serde_json::to_value(self.deployments().get(name).await.unwrap()).unwrap()
     }
 
-    pub async fn event_reasons(&self, object: &str) -> Vec<(String, i32)> {
+    /// The events about `object`: (reason, note, occurrences), sorted.
+    pub async fn events(&self, object: &str) -> Vec<(String, String, i32)> {
         let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &self.ns.name);
-        let mut events: Vec<(String, i32)> = api
+        let mut events: Vec<(String, String, i32)> = api
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -161,10 +162,25 @@ impl Env {
                     r.name.as_deref() == Some(object) && r.kind.as_deref() == Some("OpenMedModel")
                 })
             })
-            .map(|e| (e.reason.unwrap_or_default(), e.series.map_or(1, |s| s.count)))
+            .map(|e| {
+                (
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                    e.series.map_or(1, |s| s.count),
+                )
+            })
             .collect();
         events.sort();
         events
+    }
+
+    /// The events about `object`: (reason, occurrences), sorted.
+    pub async fn event_reasons(&self, object: &str) -> Vec<(String, i32)> {
+        self.events(object)
+            .await
+            .into_iter()
+            .map(|(reason, _, count)| (reason, count))
+            .collect()
     }
 
     pub async fn wait_event(&self, object: &str, reason: &str) {
