@@ -1,6 +1,7 @@
-//! `openmed-op canary promote|abort|pause|resume`: the canary's gates, as
-//! annotations the operator acts on once per value, then the operator's
-//! acknowledgement read back from the status.
+//! `openmed-op canary promote|abort|pause|resume` (also `promote`, `abort`,
+//! `pause`, `resume` at the top, as `kubectl argo rollouts` has them): the
+//! canary's gates, as annotations the operator acts on once per value, then
+//! the operator's acknowledgement read back from the status.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -48,6 +49,48 @@ pub struct CanaryArgs {
     /// How long to wait for the operator to acknowledge.
     #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
     timeout: Duration,
+}
+
+/// The arguments of a top-level gate command (`abort NAME`, ...).
+#[derive(Debug, clap::Args)]
+pub struct GateArgs {
+    /// The OpenMedModel.
+    name: String,
+
+    /// Its namespace [default: the kubeconfig's].
+    #[arg(short, long)]
+    namespace: Option<String>,
+
+    /// How long to wait for the operator to acknowledge.
+    #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
+    timeout: Duration,
+}
+
+/// `promote NAME [--full]`.
+#[derive(Debug, clap::Args)]
+pub struct PromoteArgs {
+    #[command(flatten)]
+    target: GateArgs,
+
+    /// Skip every remaining step, not only the current one.
+    #[arg(long)]
+    full: bool,
+}
+
+/// `promote NAME`: `canary promote NAME`.
+pub fn promote(args: &PromoteArgs) -> u8 {
+    run_gate(Gate::Promote, &args.target, args.full)
+}
+
+/// `abort|pause|resume NAME`: `canary abort|pause|resume NAME`.
+pub fn run_gate(gate: Gate, target: &GateArgs, full: bool) -> u8 {
+    run(&CanaryArgs {
+        gate,
+        name: target.name.clone(),
+        namespace: target.namespace.clone(),
+        full,
+        timeout: target.timeout,
+    })
 }
 
 /// Sets the gate's annotation and waits for the operator to act on it.

@@ -173,6 +173,47 @@ acknowledgement within --timeout, 2 no cluster access or the API server
 refused.")]
     Canary(canary::CanaryArgs),
 
+    /// Promote a canary: end its current step now (--full: every step).
+    ///
+    /// The same as `canary promote`: sets openmed.ai/canary-promote and
+    /// waits until the operator has moved on.
+    #[command(after_help = "\
+Examples:
+  kubectl openmed promote openmed-service -n openmed
+  kubectl openmed promote openmed-service -n openmed --full
+
+Exit codes: 0 the operator acted on it, 1 no canary in progress or no
+acknowledgement within --timeout, 2 no cluster access or the API server
+refused.")]
+    Promote(canary::PromoteArgs),
+
+    /// Abort a canary: the weights go back, the stable version stays.
+    ///
+    /// The same as `canary abort`.
+    #[command(after_help = "\
+Exit codes: 0 the operator acted on it, 1 no canary in progress or no
+acknowledgement within --timeout, 2 no cluster access or the API server
+refused.")]
+    Abort(canary::GateArgs),
+
+    /// Pause a canary at its step until `resume`.
+    ///
+    /// The same as `canary pause`.
+    #[command(after_help = "\
+Exit codes: 0 the operator acted on it, 1 no canary in progress or no
+acknowledgement within --timeout, 2 no cluster access or the API server
+refused.")]
+    Pause(canary::GateArgs),
+
+    /// Resume a paused canary.
+    ///
+    /// The same as `canary resume`.
+    #[command(after_help = "\
+Exit codes: 0 the operator acted on it, 1 no canary in progress or no
+acknowledgement within --timeout, 2 no cluster access or the API server
+refused.")]
+    Resume(canary::GateArgs),
+
     /// Show an OpenMedModel: versions, conditions, ReplicaSets, canary, events.
     ///
     /// The phase, the desired, active and retained versions, the
@@ -525,6 +566,10 @@ pub fn main() -> ExitCode {
         Command::Render(args) => render_once(&args),
         Command::Run(args) => run_operator(args),
         Command::Canary(args) => canary::run(&args),
+        Command::Promote(args) => canary::promote(&args),
+        Command::Abort(args) => canary::run_gate(canary::Gate::Abort, &args, false),
+        Command::Pause(args) => canary::run_gate(canary::Gate::Pause, &args, false),
+        Command::Resume(args) => canary::run_gate(canary::Gate::Resume, &args, false),
         Command::Status(args) => status::status(&args),
         Command::List(args) => status::list(&args),
         Command::Rollback(args) => follow::rollback(&args),

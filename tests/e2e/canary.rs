@@ -583,10 +583,9 @@ fn a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered() {
     });
 }
 
-/// `openmed-op canary ...` against the test cluster, as its admin.
+/// `openmed-op ...` against the test cluster, as its admin.
 fn cli(env: &Env, args: &[&str]) -> std::process::Output {
     Command::new(binary())
-        .arg("canary")
         .args(args)
         .args(["-n", &env.ns.name, "--timeout", "30s"])
         .env("KUBECONFIG", kubeconfig())
@@ -598,7 +597,7 @@ fn the_cli_promotes_a_step_that_waits_and_aborts_the_next() {
     block_on(async {
         let (env, v1) = stage("canary-cli", "[{weight: 10}, {weight: 50}]", "").await;
         // Nothing to act on before a canary.
-        let out = cli(&env, &["promote", "svc"]);
+        let out = cli(&env, &["canary", "promote", "svc"]);
         assert_eq!(out.status.code(), Some(1));
         assert!(String::from_utf8_lossy(&out.stderr).contains("no canary in progress"));
 
@@ -611,6 +610,7 @@ fn the_cli_promotes_a_step_that_waits_and_aborts_the_next() {
         })
         .await;
         assert_eq!(route_state(&env).await.0, (90, 10));
+        // The top-level form, as `kubectl openmed promote`.
         let out = cli(&env, &["promote", "svc"]);
         assert_eq!(
             out.status.code(),
