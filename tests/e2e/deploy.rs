@@ -32,13 +32,6 @@ pub fn trials() -> Vec<Trial> {
     ]
 }
 
-fn can_i(identity: &str, args: &[&str]) -> bool {
-    let mut full = vec!["auth", "can-i", "--as", identity];
-    full.extend_from_slice(args);
-    let (_, out, _) = kubectl(&full);
-    out.trim() == "yes"
-}
-
 const DENIED: &[&[&str]] = &[
     &["get", "secrets", "-A"],
     &["list", "secrets", "-A"],

@@ -260,16 +260,6 @@ rules:
     });
 }
 
-/// A kubeconfig acting as `user` (impersonated by the admin).
-fn kubeconfig_as(user: &str) -> std::path::PathBuf {
-    let admin = std::fs::read_to_string(kubeconfig()).unwrap();
-    let mut config: Value = serde_yaml::from_str(&admin).unwrap();
-    config["users"][0]["user"]["as"] = Value::String(user.to_owned());
-    let path = cluster_dir().join(format!("{user}.kubeconfig"));
-    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
-    path
-}
-
 fn binding(user: &str, role: &str) -> String {
     format!(
         "apiVersion: rbac.authorization.k8s.io/v1

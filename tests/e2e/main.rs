@@ -15,6 +15,7 @@ mod deploy;
 mod env;
 mod faults;
 mod gitops;
+mod helm;
 mod leader;
 mod operator;
 mod plugin;
@@ -36,6 +37,7 @@ fn main() {
     trials.extend(canary::trials());
     trials.extend(admission::trials());
     trials.extend(plugin::trials());
+    trials.extend(helm::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);

@@ -423,6 +423,25 @@ pub fn operator_kubeconfig() -> PathBuf {
     .clone()
 }
 
+/// `kubectl auth can-i --as identity args...`: whether the API server's
+/// authorizer allows it.
+pub fn can_i(identity: &str, args: &[&str]) -> bool {
+    let mut full = vec!["auth", "can-i", "--as", identity];
+    full.extend_from_slice(args);
+    let (_, out, _) = kubectl(&full);
+    out.trim() == "yes"
+}
+
+/// A kubeconfig acting as `user` (impersonated by the admin).
+pub fn kubeconfig_as(user: &str) -> PathBuf {
+    let admin = std::fs::read_to_string(kubeconfig()).unwrap();
+    let mut config: Value = serde_yaml::from_str(&admin).unwrap();
+    config["users"][0]["user"]["as"] = Value::String(user.to_owned());
+    let path = cluster_dir().join(format!("{}.kubeconfig", user.replace(':', "-")));
+    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    path
+}
+
 /// `openmed-op run` for one namespace, with a short resync.
 fn run_args(namespace: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = vec![
@@ -495,6 +514,25 @@ impl Operator {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         operator
+    }
+
+    /// Starts `openmed-op` with exactly `args` (an installed Deployment's),
+    /// as `kubeconfig`'s identity, logging to `operator-<name>.log`.
+    #[allow(dead_code)] // not used by the chaos suite
+    pub fn start_exactly(
+        kubeconfig: &Path,
+        args: Vec<String>,
+        name: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let log = cluster_dir()
+            .join("logs")
+            .join(format!("operator-{name}.log"));
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::spawn_env(args, kubeconfig.to_path_buf(), log, env)
     }
 
     fn spawn(args: Vec<String>, kubeconfig: PathBuf, log: PathBuf) -> Self {

@@ -1,0 +1,235 @@
+//! The Helm chart (`deploy/helm/openmed-operator`) installed, upgraded and
+//! uninstalled with the real `helm` (built by `tests/helm/build`) on the
+//! real control plane, and the operator working after each step: run as the
+//! chart's ServiceAccount with the chart's Deployment's own arguments, it
+//! rolls a model out (install), obeys a changed value (upgrade), and has no
+//! access left afterwards (uninstall). The fake kubelet runs no containers,
+//! so the operator runs here as a process, as in the rest of the suite; its
+//! pods still get scheduled and Ready, which `helm --wait` waits for.
+//!
+//! `cargo test --test helm` checks the chart offline: lint, values schema,
+//! and the rendered objects against the kustomize install.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use libtest_mimic::Trial;
+use serde_json::json;
+
+use crate::operator::Env;
+use crate::support::*;
+use crate::trial;
+
+pub fn trials() -> Vec<Trial> {
+    vec![trial(
+        "helm::the_chart_installs_upgrades_and_uninstalls_with_the_operator_working",
+        the_chart_installs_upgrades_and_uninstalls_with_the_operator_working,
+    )]
+}
+
+/// `bin/helm`, built once per helm version and cached.
+fn helm_binary() -> &'static PathBuf {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let out = Command::new(root().join("tests/helm/build"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("tests/helm/build runs");
+        assert!(out.status.success(), "tests/helm/build failed");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("bin/helm")
+    })
+}
+
+/// Runs helm against the test cluster, with its caches and configuration
+/// in the cluster folder; panics with helm's output when it fails.
+fn helm(args: &[&str]) -> String {
+    let home = cluster_dir().join("helm");
+    let out = Command::new(helm_binary())
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .expect("helm runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "helm {args:?}:\n{text}");
+    text
+}
+
+const RELEASE: &str = "e2e";
+const FULLNAME: &str = "e2e-openmed-operator";
+
+/// The operator container's arguments as the API server holds them.
+async fn installed_args(deployments: &Api<Deployment>) -> Vec<String> {
+    let deployment = deployments.get(FULLNAME).await.unwrap();
+    deployment.spec.unwrap().template.spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap()
+}
+
+fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
+    block_on(async {
+        let client = admin().await;
+        install_crd(&client).await;
+        let home = TestNamespace::create(&client, "helmhome").await;
+        let watched = TestNamespace::create(&client, "helmwatched").await;
+        let chart = root().join("deploy/helm/openmed-operator");
+        let chart = chart.to_str().unwrap();
+        // Namespaced mode, so this release and the suite's cluster-wide
+        // install do not overlap. The admission policies are cluster-wide
+        // singletons that the suite's install already holds.
+        let out = helm(&[
+            "install",
+            RELEASE,
+            chart,
+            "--namespace",
+            &home.name,
+            "--set",
+            &format!("watchNamespaces={{{}}}", watched.name),
+            "--set",
+            "admissionPolicies.enabled=false",
+            "--wait",
+            "--timeout",
+            "2m",
+        ]);
+        assert!(out.contains("STATUS: deployed"), "{out}");
+        assert!(
+            out.contains(&format!("watching {}", watched.name)),
+            "NOTES: {out}"
+        );
+
+        // The chart's identity may do the operator's work in the watched
+        // namespace, and nothing cluster-wide.
+        let identity = format!("system:serviceaccount:{}:{FULLNAME}", home.name);
+        assert!(can_i(
+            &identity,
+            &["patch", "deployments.apps", "-n", &watched.name]
+        ));
+        assert!(can_i(
+            &identity,
+            &["create", "events.events.k8s.io", "-n", &watched.name]
+        ));
+        assert!(!can_i(
+            &identity,
+            &["list", "openmedmodels.openmed.ai", "-A"]
+        ));
+        assert!(!can_i(
+            &identity,
+            &["patch", "deployments.apps", "-n", &home.name]
+        ));
+
+        // Run it as the chart's Deployment would: its arguments, its
+        // identity, its namespace (where the Lease goes).
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &home.name);
+        let args = installed_args(&deployments).await;
+        assert_eq!(
+            args,
+            [
+                "run",
+                "--log-format=json",
+                "--leader-elect",
+                &format!("--leader-elect-resource-name={FULLNAME}"),
+                &format!("--namespace={}", watched.name),
+            ]
+        );
+        let as_chart = kubeconfig_as(&identity);
+        let pod_env = [
+            ("POD_NAMESPACE", home.name.as_str()),
+            ("POD_NAME", "e2e-openmed-operator-pod-a"),
+        ];
+        let operator = Operator::start_exactly(&as_chart, args, &watched.name, &pod_env);
+        let env = Env {
+            client: client.clone(),
+            ns: watched,
+            operator,
+        };
+        let (_v1, v2) = env.v1_then_v2().await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &home.name);
+        let lease = leases.get(FULLNAME).await.unwrap();
+        assert!(
+            lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .is_some_and(|h| h.starts_with("e2e-openmed-operator-pod-a")),
+            "the operator leads through the chart's Lease"
+        );
+
+        // Upgrade: a value the operator obeys. The Deployment rolls (helm
+        // waits for it); the operator restarts with the new arguments, as
+        // its pods would, and now leaves the unlabelled target alone.
+        let out = helm(&[
+            "upgrade",
+            RELEASE,
+            chart,
+            "--namespace",
+            &home.name,
+            "--reuse-values",
+            "--set",
+            "requireTargetLabel=true",
+            "--wait",
+            "--timeout",
+            "2m",
+        ]);
+        assert!(out.contains("STATUS: deployed"), "{out}");
+        let args = installed_args(&deployments).await;
+        assert_eq!(
+            args.last().map(String::as_str),
+            Some("--require-target-label")
+        );
+        let Env {
+            client: _,
+            ns: watched,
+            operator: mut old,
+        } = env;
+        old.kill();
+        let operator = Operator::start_exactly(&as_chart, args, &watched.name, &pod_env);
+        let env = Env {
+            client: client.clone(),
+            ns: watched,
+            operator,
+        };
+        let v3 = env.version("v3");
+        env.set_spec("svc", json!({"version": v3})).await;
+        env.wait_status("svc", "TargetNotOptedIn", |s| {
+            s.conditions.iter().any(|c| c.reason == "TargetNotOptedIn")
+        })
+        .await;
+        assert_eq!(env.status("svc").await.active_version, Some(v2.clone()));
+        env.deployments()
+            .patch(
+                "svc",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"openmed.ai/managed": "true"}}})),
+            )
+            .await
+            .unwrap();
+        env.wait_ready("svc", &v3).await;
+
+        // Uninstall: every object of the release goes, the operator's
+        // access with them; the CRD and the resources stay (Helm never
+        // deletes what crds/ installed), and the target keeps serving.
+        helm(&["uninstall", RELEASE, "--namespace", &home.name, "--wait"]);
+        assert!(deployments.get_opt(FULLNAME).await.unwrap().is_none());
+        assert!(!can_i(
+            &identity,
+            &["patch", "deployments.apps", "-n", &env.ns.name]
+        ));
+        assert!(env.models().get_opt("svc").await.unwrap().is_some());
+        let (ok, _, err) = kubectl(&["get", "crd", "openmedmodels.openmed.ai"]);
+        assert!(ok, "the CRD stays: {err}");
+        env.finish().await;
+        home.delete().await;
+    });
+}
