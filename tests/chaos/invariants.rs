@@ -283,10 +283,12 @@ struct Checks {
     expect: Arc<Expect>,
     violations: Arc<Mutex<Vec<String>>>,
     rollback_counts: Arc<Mutex<BTreeMap<String, i64>>>,
-    /// The event seen for each lifecycle reason of each resource's
-    /// generation: (uid, reason, generation) -> event name.
-    lifecycle: Arc<Mutex<BTreeMap<(String, String, String), String>>>,
+    lifecycle: Arc<Mutex<BTreeMap<Occurrence, String>>>,
 }
+
+/// A lifecycle step of one spec change: (resource uid, reason, generation),
+/// mapped to the one Event that may record it.
+type Occurrence = (String, String, String);
 
 impl Checks {
     fn report(&self, violation: String) {
