@@ -50,6 +50,16 @@ pub struct Cli {
     command: Command,
 }
 
+/// The exit codes of the canary gates (`canary ...`, `promote`, `abort`,
+/// `pause`, `resume`), for their help.
+macro_rules! gate_exit_codes {
+    () => {
+        "Exit codes: 0 the operator acted on it, 1 no canary in progress or no
+acknowledgement within --timeout, 2 no cluster access or the API server
+refused."
+    };
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the OpenMedModel CustomResourceDefinition generated from the code.
@@ -160,7 +170,7 @@ Exit codes: 0 stopped by a signal, 1 lost the leader Lease (restart to follow),
     /// (openmed.ai/canary-pause), then waits until the status shows the
     /// operator acted on it. Refused when the resource has no canary in
     /// progress. `kubectl annotate` with the same annotations works too.
-    #[command(after_help = "\
+    #[command(after_help = concat!("\
 Examples:
   openmed-op canary promote openmed-service -n openmed          # end the current step
   openmed-op canary promote openmed-service -n openmed --full   # skip every remaining step
@@ -168,50 +178,41 @@ Examples:
   openmed-op canary pause openmed-service -n openmed            # hold at this step
   openmed-op canary resume openmed-service -n openmed
 
-Exit codes: 0 the operator acted on it, 1 no canary in progress or no
-acknowledgement within --timeout, 2 no cluster access or the API server
-refused.")]
+",
+        gate_exit_codes!()
+    ))]
     Canary(canary::CanaryArgs),
 
     /// Promote a canary: end its current step now (--full: every step).
     ///
     /// The same as `canary promote`: sets openmed.ai/canary-promote and
     /// waits until the operator has moved on.
-    #[command(after_help = "\
+    #[command(after_help = concat!("\
 Examples:
   kubectl openmed promote openmed-service -n openmed
   kubectl openmed promote openmed-service -n openmed --full
 
-Exit codes: 0 the operator acted on it, 1 no canary in progress or no
-acknowledgement within --timeout, 2 no cluster access or the API server
-refused.")]
+",
+        gate_exit_codes!()
+    ))]
     Promote(canary::PromoteArgs),
 
     /// Abort a canary: the weights go back, the stable version stays.
     ///
     /// The same as `canary abort`.
-    #[command(after_help = "\
-Exit codes: 0 the operator acted on it, 1 no canary in progress or no
-acknowledgement within --timeout, 2 no cluster access or the API server
-refused.")]
+    #[command(after_help = gate_exit_codes!())]
     Abort(canary::GateArgs),
 
     /// Pause a canary at its step until `resume`.
     ///
     /// The same as `canary pause`.
-    #[command(after_help = "\
-Exit codes: 0 the operator acted on it, 1 no canary in progress or no
-acknowledgement within --timeout, 2 no cluster access or the API server
-refused.")]
+    #[command(after_help = gate_exit_codes!())]
     Pause(canary::GateArgs),
 
     /// Resume a paused canary.
     ///
     /// The same as `canary resume`.
-    #[command(after_help = "\
-Exit codes: 0 the operator acted on it, 1 no canary in progress or no
-acknowledgement within --timeout, 2 no cluster access or the API server
-refused.")]
+    #[command(after_help = gate_exit_codes!())]
     Resume(canary::GateArgs),
 
     /// Show an OpenMedModel: versions, conditions, ReplicaSets, canary, events.

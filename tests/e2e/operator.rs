@@ -471,12 +471,15 @@ fn drift_by_another_writer_is_restored() {
         let deployments = env.deployments();
 
         // Another writer removes our env entry.
-        let remove = json!({"spec": {"template": {"spec": {"containers": [{"name": "openmed-service",
-            "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "$patch": "delete"}]}]}}}});
-        deployments
-            .patch("svc", &PatchParams::default(), &Patch::Strategic(remove))
-            .await
-            .unwrap();
+        let remove_env = || async {
+            let remove = json!({"spec": {"template": {"spec": {"containers": [{"name": "openmed-service",
+                "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "$patch": "delete"}]}]}}}});
+            deployments
+                .patch("svc", &PatchParams::default(), &Patch::Strategic(remove))
+                .await
+                .unwrap();
+        };
+        remove_env().await;
         wait_until(
             "the env entry to be restored",
             ROLLOUT,
@@ -563,12 +566,7 @@ fn drift_by_another_writer_is_restored() {
         .await;
         // The same drift again is a repeat: the first event's series
         // counts it, where another drift was an event of its own.
-        let remove = json!({"spec": {"template": {"spec": {"containers": [{"name": "openmed-service",
-            "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "$patch": "delete"}]}]}}}});
-        deployments
-            .patch("svc", &PatchParams::default(), &Patch::Strategic(remove))
-            .await
-            .unwrap();
+        remove_env().await;
         let events = wait_until(
             "the repeated drift counted on its first event",
             ROLLOUT,
