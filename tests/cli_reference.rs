@@ -8,12 +8,16 @@ use std::process::{Command, Output};
 const BINARY: &str = env!("CARGO_BIN_EXE_openmed-op");
 
 /// Every subcommand a user can type.
-const COMMANDS: [&str; 10] = [
+const COMMANDS: [&str; 14] = [
     "crd",
     "render",
     "verify",
     "run",
     "canary",
+    "promote",
+    "abort",
+    "pause",
+    "resume",
     "status",
     "list",
     "rollback",

@@ -232,7 +232,7 @@ fn another_release_name_names_its_lease_service_account_and_metrics_job() {
         "--namespace",
         "ops",
         "--set",
-        "metrics.prometheusRule.enabled=true,requireTargetLabel=true",
+        "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,requireTargetLabel=true",
     ]));
     let deployment = &rendered["Deployment ops/team-a-openmed-operator"];
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -285,7 +285,7 @@ fn bad_values_are_refused_before_anything_renders() {
     let chart = chart();
     let chart = chart.to_str().unwrap();
     for (values, expected) in [
-        ("replicaCount=0", "/replicaCount"),
+        ("replicaCount=-1", "/replicaCount"),
         ("watchNamespace=team-a", "'watchNamespace' not allowed"),
         ("watchNamespaces={Team_A}", "/watchNamespaces/0"),
         ("logFormat=xml", "/logFormat"),
@@ -293,6 +293,22 @@ fn bad_values_are_refused_before_anything_renders() {
         (
             "replicaCount=2,leaderElection=false",
             "replicaCount above 1 needs leaderElection",
+        ),
+        (
+            "podLabels.app\\.kubernetes\\.io/name=other",
+            "podLabels may not set app.kubernetes.io/name",
+        ),
+        (
+            "extraArgs={--log-format=text}",
+            "extraArgs may not set --log-format",
+        ),
+        (
+            "extraArgs={--leader-elect-resource-name=other}",
+            "extraArgs may not set --leader-elect-resource-name",
+        ),
+        (
+            "metrics.prometheusRule.enabled=true",
+            "metrics.prometheusRule needs metrics.serviceMonitor",
         ),
     ] {
         let (ok, out, err) = run(&helm_binary(), &["template", "x", chart, "--set", values]);
@@ -318,6 +334,85 @@ fn bad_values_are_refused_before_anything_renders() {
     );
     assert!(ok, "{err}");
     assert!(!out.contains("ValidatingAdmissionPolicy"), "{out}");
+}
+
+#[test]
+fn unusual_release_names_and_values_still_render_valid_objects() {
+    let chart = chart();
+    let chart = chart.to_str().unwrap();
+    let monitoring = "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true";
+    // A long release name: the metrics Service is cut to a DNS-1035 label,
+    // and the alerts read that very name.
+    let long = "a-release-name-of-fifty-two-characters-for-the-test";
+    assert_eq!(long.len(), 51);
+    let rendered = objects(&helm(&[
+        "template",
+        long,
+        chart,
+        "--namespace",
+        "ops",
+        "--set",
+        monitoring,
+    ]));
+    let service = rendered
+        .keys()
+        .find(|k| k.starts_with("Service "))
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(service.len() <= 63, "{service}");
+    assert!(service.ends_with("-metrics"), "{service}");
+    let rules = serde_json::to_string(
+        rendered
+            .keys()
+            .find(|k| k.starts_with("PrometheusRule "))
+            .map(|k| &rendered[k])
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(rules.contains(&format!(r#"job=\"{service}\""#)), "{rules}");
+
+    // A release name YAML would read as a number stays a string label.
+    let out = helm(&["template", "123", chart, "--namespace", "ops"]);
+    let deployment: Value = serde_yaml::Deserializer::from_str(&out)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    assert_eq!(
+        deployment["metadata"]["labels"]["app.kubernetes.io/instance"],
+        Value::String("123".into())
+    );
+    // ... but cannot name a Service, which must start with a letter.
+    let (ok, _, err) = run(
+        &helm_binary(),
+        &["template", "123", chart, "--set", monitoring],
+    );
+    assert!(!ok && err.contains("must start with a letter"), "{err}");
+    let rendered = objects(&helm(&[
+        "template",
+        "123",
+        chart,
+        "--set",
+        monitoring,
+        "--set",
+        "fullnameOverride=omop",
+    ]));
+    assert!(rendered.keys().any(|k| k.ends_with("/omop-metrics")));
+
+    // A numeric tag, a zero replica count, a Prometheus duration in days.
+    let out = helm(&[
+        "template",
+        "x",
+        chart,
+        "--set",
+        "image.tag=20240101,replicaCount=0",
+        "--set",
+        "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.interval=1d",
+    ]);
+    assert!(out.contains("image: openmed-op:20240101"), "{out}");
+    assert!(out.contains("replicas: 0"), "{out}");
 }
 
 /// The chart's copies of the CRD, the admission policies and the monitoring

@@ -117,6 +117,9 @@ impl Recorder {
         let name = resource.name_any();
         let keep = 253 - 17;
         let prefix: String = name.chars().take(keep).collect();
+        // A name cut after a '-' or '.' would put it before the dot, which
+        // events.k8s.io/v1 refuses (the name must be a DNS subdomain).
+        let prefix = prefix.trim_end_matches(['-', '.']);
         format!("{prefix}.{}", &hex(&digest)[..16])
     }
 
@@ -274,6 +277,22 @@ mod tests {
         assert_eq!(
             wire["reportingInstance"].as_str().unwrap().len(),
             INSTANCE_LIMIT
+        );
+    }
+
+    #[test]
+    fn a_long_name_cut_at_a_dash_still_makes_a_dns_subdomain() {
+        let long = format!("{}-{}", "a".repeat(235), "b".repeat(17));
+        let mut resource = model("u", 1);
+        resource.metadata.name = Some(long);
+        let name = Recorder::name(&resource, "RolloutStarted", "note");
+        assert!(name.len() <= 253, "{}", name.len());
+        assert!(!name.contains("-."), "{name}");
+        assert!(name.starts_with(&"a".repeat(235)), "{name}");
+        assert_ne!(
+            Recorder::name(&resource, "RolloutStarted", "another note"),
+            name,
+            "the note is part of the name"
         );
     }
 

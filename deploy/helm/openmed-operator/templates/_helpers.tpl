@@ -1,11 +1,13 @@
 {{/*
-The release's full name: the release name when it already says
-openmed-operator, else <release>-openmed-operator. Every object, the
-leader-election Lease and (by default) the ServiceAccount carry it, so a
-release named openmed-operator has the names of deploy/operator.
+The release's full name: fullnameOverride, else the release name when it
+already says openmed-operator, else <release>-openmed-operator. Every
+object, the leader-election Lease and (by default) the ServiceAccount carry
+it, so a release named openmed-operator has the names of deploy/operator.
 */}}
 {{- define "openmed-operator.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
 {{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
@@ -24,7 +26,19 @@ release named openmed-operator has the names of deploy/operator.
 {{/* What selects the operator's pods (immutable once installed). */}}
 {{- define "openmed-operator.selectorLabels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+{{- end -}}
+
+{{/*
+The metrics Service: a DNS-1035 label (63 characters, a letter first), so
+the full name is cut to leave room for "-metrics".
+*/}}
+{{- define "openmed-operator.metricsService" -}}
+{{- $name := printf "%s-metrics" (include "openmed-operator.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- if not (regexMatch "^[a-z]" $name) -}}
+{{- fail (printf "the metrics Service would be named %q, which must start with a letter: choose a release name that does, or set fullnameOverride" $name) -}}
+{{- end -}}
+{{- $name -}}
 {{- end -}}
 
 {{- define "openmed-operator.labels" -}}
@@ -35,7 +49,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "openmed-operator.image" -}}
-{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- $tag := default .Chart.AppVersion (toString .Values.image.tag) -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
 {{- else -}}
