@@ -60,14 +60,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 /// The folder `tests/canary/build` prints: `crds/` and `bin/prometheus`.
 fn tools() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = Command::new(root().join("tests/canary/build"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("tests/canary/build runs");
-        assert!(out.status.success(), "tests/canary/build failed");
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
+    DIR.get_or_init(|| built_tools("tests/canary/build"))
 }
 
 /// Installs the Gateway API CRDs once and waits until they are served.

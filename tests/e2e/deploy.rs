@@ -3,7 +3,6 @@
 //! whole operator suite runs as it), the namespaced overlay confines it, and
 //! `--require-target-label` keeps it off unlabelled Deployments.
 
-use kube::api::{Patch, PatchParams};
 use libtest_mimic::Trial;
 use serde_json::{Value, json};
 
@@ -336,14 +335,7 @@ fn require_target_label_keeps_the_operator_off_unlabelled_deployments() {
                 .annotations
                 .is_none_or(|a| !a.contains_key("openmed.ai/model-resource"))
         );
-        env.deployments()
-            .patch(
-                "svc",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {"openmed.ai/managed": "true"}}})),
-            )
-            .await
-            .unwrap();
+        env.opt_in("svc").await;
         env.wait_ready("svc", &v1).await;
         env.finish().await;
     });

@@ -204,6 +204,19 @@ impl Env {
             .unwrap();
     }
 
+    /// Labels Deployment `name` `openmed.ai/managed=true`, the opt-in
+    /// `--require-target-label` asks for.
+    pub async fn opt_in(&self, name: &str) {
+        self.deployments()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"openmed.ai/managed": "true"}}})),
+            )
+            .await
+            .unwrap();
+    }
+
     pub async fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
         self.models()
             .patch(

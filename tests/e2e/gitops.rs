@@ -23,15 +23,8 @@ pub fn trials() -> Vec<Trial> {
 
 fn kstatus_binary() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let out = Command::new(root().join("tests/gitops/build"))
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "tests/gitops/build failed");
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("kstatus")
-    })
-    .clone()
+    PATH.get_or_init(|| built_tools("tests/gitops/build").join("kstatus"))
+        .clone()
 }
 
 /// kstatus of an OpenMedModel, e.g. "InProgress: ...".

@@ -11,13 +11,12 @@
 //! and the rendered objects against the kustomize install.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use libtest_mimic::Trial;
 use serde_json::json;
 
@@ -35,14 +34,7 @@ pub fn trials() -> Vec<Trial> {
 /// `bin/helm`, built once per helm version and cached.
 fn helm_binary() -> &'static PathBuf {
     static HELM: OnceLock<PathBuf> = OnceLock::new();
-    HELM.get_or_init(|| {
-        let out = Command::new(root().join("tests/helm/build"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("tests/helm/build runs");
-        assert!(out.status.success(), "tests/helm/build failed");
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("bin/helm")
-    })
+    HELM.get_or_init(|| built_tools("tests/helm/build").join("bin/helm"))
 }
 
 /// Runs helm against the test cluster, with its caches and configuration
@@ -207,14 +199,7 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
         })
         .await;
         assert_eq!(env.status("svc").await.active_version, Some(v2.clone()));
-        env.deployments()
-            .patch(
-                "svc",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {"openmed.ai/managed": "true"}}})),
-            )
-            .await
-            .unwrap();
+        env.opt_in("svc").await;
         env.wait_ready("svc", &v3).await;
 
         // Uninstall: every object of the release goes, the operator's

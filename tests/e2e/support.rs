@@ -423,6 +423,18 @@ pub fn operator_kubeconfig() -> PathBuf {
     .clone()
 }
 
+/// Runs a cached tool build (`tests/canary/build`, `tests/gitops/build`,
+/// `tests/helm/build`) and returns the folder it prints; its progress goes
+/// to the test's stderr.
+pub fn built_tools(script: &str) -> PathBuf {
+    let out = Command::new(root().join(script))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("{script} runs: {e}"));
+    assert!(out.status.success(), "{script} failed");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
 /// `kubectl auth can-i --as identity args...`: whether the API server's
 /// authorizer allows it.
 pub fn can_i(identity: &str, args: &[&str]) -> bool {
