@@ -7,6 +7,14 @@
 /// `reportingController` of its Events.
 pub const FIELD_MANAGER: &str = "openmed-operator";
 
+/// Field manager that holds `spec.replicas` for a moment while the
+/// operator stops applying it (an autoscaler takes over, or the spec to
+/// apply has no `replicas`): server-side apply removes a field its only
+/// manager stops sending, and the API server would then default it to 1.
+/// An autoscaler's first write takes the field from it, and the API
+/// server drops a manager that owns nothing.
+pub const REPLICAS_HANDOVER_FIELD_MANAGER: &str = "openmed-operator-handover";
+
 /// Annotation on each Event: the OpenMedModel's `metadata.generation` it is
 /// about, i.e. which change of the spec it belongs to.
 pub const EVENT_GENERATION_ANNOTATION: &str = "openmed.ai/generation";

@@ -503,9 +503,10 @@ fn forget_template(replica_set: &mut ReplicaSet) {
 }
 
 /// Like [`forget_managed_fields`], but keeps the time of the operator's own
-/// last apply (without its field list): `decide` judges a rollout's
-/// deadline from when that write landed by the API server's clock, and
-/// after a restart the cache is where it finds it.
+/// last apply, and of its field list only whether it owns `spec.replicas`:
+/// `decide` judges a rollout's deadline from when that write landed by the
+/// API server's clock, hands `replicas` over before an apply that stops
+/// sending it, and after a restart the cache is where it finds both.
 fn keep_own_apply_time(deployment: &mut Deployment) {
     let own = deployment
         .metadata
@@ -519,7 +520,15 @@ fn keep_own_apply_time(deployment: &mut Deployment) {
                 && m.subresource.as_deref().unwrap_or_default().is_empty()
         })
         .map(|mut m| {
-            m.fields_v1 = None;
+            let replicas = m
+                .fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some());
+            m.fields_v1 = replicas.then(|| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                    serde_json::json!({"f:spec": {"f:replicas": {}}}),
+                )
+            });
             m
         })
         .collect::<Vec<_>>();

@@ -34,6 +34,7 @@ use super::metrics::Metrics;
 use super::model::RawModel;
 use crate::api::names::{
     FIELD_MANAGER, FINALIZER, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
+    REPLICAS_HANDOVER_FIELD_MANAGER,
 };
 use crate::api::{API_VERSION, KIND, OpenMedModelStatus};
 use crate::rollout::{self, Decision, Observed, ResourceView, Rival, Settings, Write};
@@ -595,6 +596,9 @@ fn describe(writes: &[Write]) -> String {
             Write::DeleteConfigMap { name, .. } => format!("delete ConfigMap {name}"),
             Write::MergePatchDeployment { name, .. } => format!("patch Deployment {name}"),
             Write::PatchRoute { name, .. } => format!("patch HTTPRoute {name}"),
+            Write::HandOverReplicas { name, .. } => {
+                format!("hand over replicas of Deployment {name}")
+            }
             Write::ApplyDeployment { name, .. } => format!("apply Deployment {name}"),
         })
         .collect::<Vec<_>>()
@@ -858,6 +862,25 @@ async fn execute(
                 };
                 let stored = api.patch(name, &params, &Patch::Merge(patch)).await?;
                 fresh.deployments.insert(name.clone(), Some(stored));
+            }
+            Write::HandOverReplicas { name, replicas } => {
+                let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+                let body = serde_json::json!({
+                    "apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"replicas": replicas},
+                });
+                ctx.metrics.wrote("deployments", "apply");
+                let params = PatchParams::apply(REPLICAS_HANDOVER_FIELD_MANAGER);
+                match api.patch(name, &params, &Patch::Apply(&body)).await {
+                    Ok(stored) => {
+                        fresh.deployments.insert(name.clone(), Some(stored));
+                    }
+                    // Another manager set another value meanwhile and owns
+                    // the field: nothing is left to hand over.
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
             Write::ApplyDeployment {
                 name,

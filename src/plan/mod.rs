@@ -100,6 +100,18 @@ pub fn canary_plan(resource: &ResourceId, spec: &OpenMedModelSpec, canary: &Cana
     plan(resource, &spec, TargetOptions::default())
 }
 
+/// `retained`, a spec that once succeeded, placed where `current` puts its
+/// model: the same target Deployment, container and pointer ConfigMap. A
+/// rollback restores the last good model on the Deployment the spec names
+/// now; the retained spec's own `targetRef` may name a Deployment the
+/// resource has since let go of, or one that no longer exists.
+pub fn placed_as(retained: &OpenMedModelSpec, current: &OpenMedModelSpec) -> OpenMedModelSpec {
+    let mut placed = retained.clone();
+    placed.target_ref = current.target_ref.clone();
+    placed.manifest_config_map_name = current.manifest_config_map_name.clone();
+    placed
+}
+
 /// The spec with every default filled in: the target defaults to the
 /// resource's name, the ConfigMap name is resolved. Idempotent.
 ///

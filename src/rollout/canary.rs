@@ -91,7 +91,7 @@ impl Step<'_> {
             // The first version has nothing to compare with.
             return Part::None;
         };
-        let stable = self.plan(&stable_spec);
+        let stable = self.retained_plan(&stable_spec, desired);
         if stable.manifest_hash == desired.manifest_hash {
             // The same model (replicas, strategy): nothing to try.
             return Part::None;

@@ -149,6 +149,23 @@ pub enum Write {
         /// The JSON Patch (an array of operations).
         patch: Value,
     },
+    /// Before an [`Write::ApplyDeployment`] that stops sending
+    /// `spec.replicas` (an autoscaler scales the target, or the spec to
+    /// apply has none) while the operator's apply owns it: a server-side
+    /// apply of only `replicas`, at the value the Deployment has, by
+    /// [`REPLICAS_HANDOVER_FIELD_MANAGER`] and without force. The field
+    /// keeps an owner, so its value never changes: server-side apply
+    /// removes a field its only manager stops sending, and the API server
+    /// then defaults `replicas` to 1. A conflict means another manager
+    /// changed it meanwhile and holds it: nothing is left to hand over.
+    ///
+    /// [`REPLICAS_HANDOVER_FIELD_MANAGER`]: crate::api::names::REPLICAS_HANDOVER_FIELD_MANAGER
+    HandOverReplicas {
+        /// The Deployment's name.
+        name: String,
+        /// Its `spec.replicas` as observed.
+        replicas: i32,
+    },
     /// Server-side apply of the owned fields of a Deployment.
     ApplyDeployment {
         /// The Deployment's name.
@@ -438,6 +455,13 @@ impl<'a> Step<'a> {
         )
     }
 
+    /// A retained spec, placed on the target and pointer `desired` names
+    /// ([`plan::placed_as`]): what a rollback or a canary's stable side
+    /// applies.
+    fn retained_plan(&self, retained: &OpenMedModelSpec, desired: &Plan) -> Plan {
+        self.plan(&plan::placed_as(retained, &desired.normalized))
+    }
+
     // ---- the normal path ----
 
     fn reconcile(&mut self) {
@@ -633,6 +657,7 @@ impl<'a> Step<'a> {
         .flatten()
         {
             keep.push(name_of(&self.plan(spec).snapshot).to_owned());
+            keep.push(name_of(&self.retained_plan(spec, desired).snapshot).to_owned());
         }
         let in_use = |cm: &ConfigMap| {
             cm.metadata
@@ -667,7 +692,7 @@ impl<'a> Step<'a> {
                 .find(|s| &s.version == version);
             return match found {
                 Some(spec) => {
-                    let plan = self.plan(spec);
+                    let plan = self.retained_plan(spec, desired);
                     let mode = if plan.spec_hash == desired.spec_hash {
                         Mode::Forward
                     } else {
@@ -691,7 +716,7 @@ impl<'a> Step<'a> {
             && status.failed_spec_hash.as_deref() == Some(&desired.spec_hash)
             && status.observed_generation == Some(self.generation());
         if holding && let Some(restored) = &status.rollback_spec {
-            return Ok((Mode::Automatic, self.plan(restored)));
+            return Ok((Mode::Automatic, self.retained_plan(restored, desired)));
         }
         Ok((Mode::Forward, desired.clone()))
     }
@@ -963,6 +988,14 @@ impl<'a> Step<'a> {
                     patch,
                 });
             }
+            if wanted.deployment.replicas.is_none()
+                && let Some(replicas) = progress::replicas_owned_by_operator(target)
+            {
+                self.writes.push(Write::HandOverReplicas {
+                    name: wanted.deployment.name.clone(),
+                    replicas,
+                });
+            }
             self.writes.push(Write::ApplyDeployment {
                 name: wanted.deployment.name.clone(),
                 body: wanted.deployment.apply_body(),
@@ -1230,7 +1263,7 @@ impl<'a> Step<'a> {
     ) {
         let version = wanted.normalized.version.clone();
         let last = self.old.last_successful_spec.clone();
-        let last_plan = last.as_ref().map(|spec| self.plan(spec));
+        let last_plan = last.as_ref().map(|spec| self.retained_plan(spec, desired));
         if last_plan
             .as_ref()
             .is_some_and(|p| p.spec_hash == wanted.spec_hash)

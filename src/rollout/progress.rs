@@ -121,6 +121,29 @@ pub fn applied_at(deployment: &Deployment) -> Option<Time> {
         .clone()
 }
 
+/// The Deployment's `spec.replicas` when the operator's own server-side
+/// apply owns it (its `managedFields` entry lists `f:spec.f:replicas`):
+/// an apply that stops sending the field must hand it over first.
+pub fn replicas_owned_by_operator(deployment: &Deployment) -> Option<i32> {
+    let replicas = deployment.spec.as_ref()?.replicas?;
+    let owned = deployment
+        .metadata
+        .managed_fields
+        .as_deref()?
+        .iter()
+        .filter(|m| {
+            m.manager.as_deref() == Some(crate::api::names::FIELD_MANAGER)
+                && m.operation.as_deref() == Some("Apply")
+                && m.subresource.as_deref().unwrap_or_default().is_empty()
+        })
+        .any(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some())
+        });
+    owned.then_some(replicas)
+}
+
 /// The replica count the Deployment wants (its own `spec.replicas`, which
 /// the operator or an autoscaler sets).
 pub fn wanted_replicas(deployment: &Deployment) -> i32 {

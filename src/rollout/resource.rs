@@ -93,29 +93,45 @@ pub fn is_rival(me: &ResourceView, namespace: &str, name: &str, its_target: &str
 }
 
 /// Every ConfigMap name `decide` may need: the pointer and the snapshot
-/// `spec` asks for, and the pointers of the retained specs a rollback would
-/// restore (their snapshots are the resource's own, so in the cache).
+/// `spec` asks for, and the pointers and snapshots of the retained specs a
+/// rollback would restore, as they were written and as placed on the
+/// pointer `spec` names now ([`plan::placed_as`]).
 pub fn config_map_names(resource: &ResourceView) -> Vec<String> {
     let status = &resource.status;
-    let mut names: Vec<String> = [
+    let current =
+        serde_json::from_value::<crate::api::OpenMedModelSpec>(resource.spec.clone()).ok();
+    let snapshot_of = |spec: &crate::api::OpenMedModelSpec| {
+        let pointer = plan::config_map_name(&resource.name, spec);
+        let normalized = plan::normalize(&resource.name, spec);
+        let manifest_hash =
+            plan::plan(&resource.id(), &normalized, Default::default()).manifest_hash;
+        (
+            pointer.clone(),
+            plan::snapshot_name(&pointer, &manifest_hash),
+        )
+    };
+    let mut names = Vec::new();
+    if let Some(spec) = &current {
+        let (pointer, snapshot) = snapshot_of(spec);
+        names.extend([pointer, snapshot]);
+    }
+    for spec in [
         &status.last_successful_spec,
         &status.previous_successful_spec,
         &status.rollback_spec,
     ]
     .into_iter()
     .flatten()
-    .map(|spec| plan::config_map_name(&resource.name, spec))
-    .collect();
-    if let Ok(spec) = serde_json::from_value::<crate::api::OpenMedModelSpec>(resource.spec.clone())
     {
-        let pointer = plan::config_map_name(&resource.name, &spec);
-        let normalized = plan::normalize(&resource.name, &spec);
-        let manifest_hash =
-            plan::plan(&resource.id(), &normalized, Default::default()).manifest_hash;
-        names.insert(0, plan::snapshot_name(&pointer, &manifest_hash));
-        names.insert(0, pointer);
+        let (pointer, snapshot) = snapshot_of(spec);
+        names.extend([pointer, snapshot]);
+        if let Some(current) = &current {
+            let placed = plan::placed_as(spec, &plan::normalize(&resource.name, current));
+            names.push(snapshot_of(&placed).1);
+        }
     }
-    names.dedup();
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
     names
 }
 

@@ -10,7 +10,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::api::names::{MANIFEST_HASH_ANNOTATION, MANIFEST_SNAPSHOT_LABEL, OPERATED_BY_LABEL};
+use crate::api::names::{
+    FIELD_MANAGER, MANIFEST_HASH_ANNOTATION, MANIFEST_SNAPSHOT_LABEL, OPERATED_BY_LABEL,
+    REPLICAS_HANDOVER_FIELD_MANAGER,
+};
 
 mod canary;
 
@@ -221,6 +224,15 @@ impl World {
                 let generation = route["metadata"]["generation"].as_i64().unwrap_or(1);
                 route["metadata"]["generation"] = json!(generation + 1);
             }
+            Write::HandOverReplicas { name, replicas } => {
+                let target = std::iter::once(&mut self.deployment)
+                    .flatten()
+                    .chain(self.canary.iter_mut())
+                    .chain(self.other_deployments.iter_mut())
+                    .find(|d| d["metadata"]["name"] == json!(name))
+                    .expect("a hand-over on an existing Deployment");
+                hand_over_replicas(target, *replicas);
+            }
             Write::ApplyDeployment { name, body, .. } => {
                 let landed = json!(at(self.now + self.server_ahead));
                 let target = std::iter::once(&mut self.deployment)
@@ -407,6 +419,19 @@ fn server_side_apply(target: &mut Value, body: &Value, landed: Value) {
             target["spec"][key] = v.clone();
         }
     }
+    // A field its only manager stops applying is removed, and the API
+    // server defaults `replicas` to 1.
+    let owns_replicas = |entry: &Value| entry.pointer("/fieldsV1/f:spec/f:replicas").is_some();
+    let entries = before["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let ours = |entry: &Value| entry["manager"] == json!(FIELD_MANAGER);
+    let owned_by_us = entries.iter().any(|e| ours(e) && owns_replicas(e));
+    let owned_by_others = entries.iter().any(|e| !ours(e) && owns_replicas(e));
+    if spec.get("replicas").is_none() && owned_by_us && !owned_by_others {
+        target["spec"]["replicas"] = json!(1);
+    }
     let annotations = &spec["template"]["metadata"]["annotations"];
     let live = &mut target["spec"]["template"]["metadata"]["annotations"];
     if !live.is_object() {
@@ -462,12 +487,44 @@ fn server_side_apply(target: &mut Value, body: &Value, landed: Value) {
         let generation = target["metadata"]["generation"].as_i64().unwrap();
         target["metadata"]["generation"] = json!(generation + 1);
     }
-    if *target != before {
-        // The API server stamps the manager's entry when its fields change.
-        target["metadata"]["managedFields"] = json!([{
-            "manager": "openmed-operator", "operation": "Apply", "apiVersion": "apps/v1", "time": landed,
-        }]);
+    // The API server stamps the manager's entry when its fields change,
+    // and keeps every other manager's.
+    let time = if *target != before {
+        landed
+    } else {
+        entries
+            .iter()
+            .find(|e| ours(e))
+            .map_or(landed, |e| e["time"].clone())
+    };
+    let fields = if spec.get("replicas").is_some() {
+        json!({"f:spec": {"f:replicas": {}}})
+    } else {
+        json!({"f:spec": {}})
+    };
+    let mut managed: Vec<Value> = entries.into_iter().filter(|e| !ours(e)).collect();
+    managed.push(json!({
+        "manager": FIELD_MANAGER, "operation": "Apply", "apiVersion": "apps/v1", "time": time,
+        "fieldsV1": fields,
+    }));
+    target["metadata"]["managedFields"] = json!(managed);
+}
+
+/// A server-side apply of only `replicas` by another manager, without
+/// force: a shared owner when the value is the same, a conflict otherwise.
+fn hand_over_replicas(target: &mut Value, replicas: i32) -> bool {
+    if target["spec"]["replicas"] != json!(replicas) {
+        return false;
     }
+    let entries = target["metadata"]["managedFields"]
+        .as_array_mut()
+        .expect("an applied Deployment has managed fields");
+    entries.retain(|e| e["manager"] != json!(REPLICAS_HANDOVER_FIELD_MANAGER));
+    entries.push(json!({
+        "manager": REPLICAS_HANDOVER_FIELD_MANAGER, "operation": "Apply", "apiVersion": "apps/v1",
+        "fieldsV1": {"f:spec": {"f:replicas": {}}},
+    }));
+    true
 }
 
 fn reasons(events: &[Event]) -> Vec<&'static str> {
@@ -1128,6 +1185,68 @@ fn an_autoscaled_target_keeps_its_replicas() {
     assert_eq!(w.dep()["spec"]["replicas"], 5);
 }
 
+#[test]
+fn an_autoscaler_created_after_the_rollout_never_sees_its_replicas_defaulted() {
+    // spec.replicas: 3, Ready; an HPA appears and has not scaled yet; the
+    // next version's apply no longer sends replicas. The count stays 3.
+    let mut w =
+        World::new(json!({"family": "pii", "tier": "Small", "version": "v1", "replicas": 3}));
+    w.reconcile();
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.dep()["spec"]["replicas"], 3);
+    w.autoscaled = true;
+    w.set_version("v2");
+    w.now += 10;
+    w.reconcile();
+    let kinds: Vec<&str> = w
+        .writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::HandOverReplicas { .. } => Some("hand over"),
+            Write::ApplyDeployment { .. } => Some("apply"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["hand over", "apply"], "{:?}", w.writes);
+    assert_eq!(w.dep()["spec"]["replicas"], 3, "not defaulted to 1");
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+    assert_eq!(w.dep()["spec"]["replicas"], 3);
+    // Handed over once: the next apply has nothing of ours to drop.
+    w.set_version("v3");
+    w.now += 10;
+    w.reconcile();
+    assert!(
+        !w.writes
+            .iter()
+            .any(|w| matches!(w, Write::HandOverReplicas { .. })),
+        "{:?}",
+        w.writes
+    );
+    assert_eq!(w.dep()["spec"]["replicas"], 3);
+}
+
+#[test]
+fn a_rollback_to_a_spec_without_replicas_keeps_the_count() {
+    // v1 leaves replicas to the Deployment (3); v2 asks for 3 and fails;
+    // the rollback to v1 stops sending replicas.
+    let mut w = World::new(json!({"family": "pii", "tier": "Small", "version": "v1"}));
+    w.dep()["spec"]["replicas"] = json!(3);
+    w.reconcile();
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    w.resource.spec["replicas"] = json!(3);
+    let events = w.fail_rollout("v2");
+    assert!(reasons(&events).contains(&reason::ROLLBACK_STARTED));
+    assert_eq!(w.dep()["spec"]["replicas"], 3, "not defaulted to 1");
+    assert_eq!(w.cm_version(), "v1");
+}
+
 // ---- changing the target or the ConfigMap name ----
 
 #[test]
@@ -1163,6 +1282,83 @@ fn renaming_the_target_releases_the_old_one_first() {
     assert_eq!(
         old["spec"]["template"]["metadata"]["annotations"][MANIFEST_HASH_ANNOTATION],
         json!(crate::plan::released_manifest_hash())
+    );
+    assert_eq!(w.cm_version(), "v1");
+}
+
+#[test]
+fn a_rollback_after_a_target_change_restores_the_model_on_the_new_target() {
+    // v1 is Ready on svc; the spec moves to svc-v2 with v2, which never
+    // gets ready. The rollback restores v1 on svc-v2, the Deployment the
+    // spec names now; svc stays released.
+    let mut w = World::ready_at("v1");
+    let old = w.deployment.take().unwrap();
+    w.other_deployments.push(old);
+    w.deployment = Some(deployment("svc-v2"));
+    w.resource.spec["targetRef"] = json!({"name": "svc-v2"});
+    let events = w.fail_rollout("v2");
+    assert!(
+        reasons(&events).contains(&reason::ROLLBACK_STARTED),
+        "{events:?}"
+    );
+    for write in &w.writes {
+        if let Write::ApplyDeployment { name, .. } = write {
+            assert_eq!(name, "svc-v2", "only the new target is written: {write:?}");
+        }
+    }
+    assert_eq!(w.cm_version(), "v1", "the new target serves v1 again");
+    let old = &w.other_deployments[0];
+    assert!(
+        old["metadata"]["annotations"]
+            .get(MODEL_RESOURCE_ANNOTATION)
+            .is_none(),
+        "the old target is not claimed again"
+    );
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+    assert!(conditions::is_true(&w.status().conditions, ROLLED_BACK));
+    assert_eq!(
+        w.status()
+            .last_successful_spec
+            .as_ref()
+            .unwrap()
+            .target_ref
+            .name
+            .as_deref(),
+        Some("svc-v2")
+    );
+    w.now += 10;
+    w.reconcile();
+    assert!(w.writes.is_empty(), "it settles: {:?}", w.writes);
+    // A manual rollback is placed the same way.
+    w.set_version("v3");
+    w.now += 10;
+    w.reconcile();
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    w.annotate_rollback(Some("v1"));
+    w.now += 10;
+    w.reconcile();
+    for write in &w.writes {
+        if let Write::ApplyDeployment { name, .. } = write {
+            assert_eq!(name, "svc-v2", "{write:?}");
+        }
+    }
+    assert_eq!(w.cm_version(), "v1");
+}
+
+#[test]
+fn a_rollback_after_a_target_change_happens_when_the_old_target_is_gone() {
+    let mut w = World::ready_at("v1");
+    w.deployment = Some(deployment("svc-v2"));
+    w.resource.spec["targetRef"] = json!({"name": "svc-v2"});
+    let events = w.fail_rollout("v2");
+    assert!(
+        reasons(&events).contains(&reason::ROLLBACK_STARTED),
+        "{events:?}"
     );
     assert_eq!(w.cm_version(), "v1");
 }
@@ -1442,13 +1638,22 @@ fn lookups_the_shell_needs_come_from_the_raw_spec() {
     assert_eq!(target_name(&w.resource), "svc");
     let mut w = World::ready_at("v1");
     w.resource.spec["manifestConfigMapName"] = json!("models");
+    w.resource.spec["version"] = json!("v2");
     let names = config_map_names(&w.resource);
-    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(names.len(), 5, "{names:?}");
     assert_eq!(names[0], "models");
     assert!(names[1].starts_with("models-"), "the snapshot: {names:?}");
     assert_eq!(
         names[2], "svc-model-manifest",
         "the retained spec's pointer"
+    );
+    assert!(
+        names[3].starts_with("svc-model-manifest-"),
+        "its snapshot: {names:?}"
+    );
+    assert!(
+        names[4].starts_with("models-") && names[4] != names[1],
+        "its snapshot placed on the pointer the spec names now: {names:?}"
     );
 }
 
