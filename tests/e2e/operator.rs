@@ -82,6 +82,14 @@ pub fn trials() -> Vec<Trial> {
             an_autoscaled_target_keeps_its_replicas,
         ),
         trial(
+            "operator::replicas_are_never_defaulted_when_the_operator_stops_applying_them",
+            replicas_are_never_defaulted_when_the_operator_stops_applying_them,
+        ),
+        trial(
+            "operator::a_rollback_after_a_target_change_stays_on_the_new_target",
+            a_rollback_after_a_target_change_stays_on_the_new_target,
+        ),
+        trial(
             "operator::health_metrics_and_graceful_shutdown",
             health_metrics_and_graceful_shutdown,
         ),
@@ -1127,6 +1135,153 @@ spec:
             .unwrap();
         tokio::time::sleep(Duration::from_secs(5)).await; // two resync periods, to prove nothing reverts it
         assert_eq!(env.deployment("svc").await["spec"]["replicas"], 4);
+        env.finish().await;
+    });
+}
+
+/// Every observation of `svc`, until `done` says the change is over, has
+/// `spec.replicas` equal to `replicas`: checked while the rollout runs.
+async fn replicas_hold_until(
+    env: &Env,
+    replicas: i64,
+    what: &str,
+    mut done: impl FnMut(&openmed_op::api::OpenMedModelStatus) -> bool,
+) {
+    wait_until(
+        what,
+        ROLLOUT,
+        || async { (env.deployment("svc").await, env.status("svc").await) },
+        |(deployment, status)| {
+            assert_eq!(
+                deployment["spec"]["replicas"], replicas,
+                "spec.replicas changed while {what}"
+            );
+            done(status)
+        },
+    )
+    .await;
+}
+
+fn replicas_are_never_defaulted_when_the_operator_stops_applying_them() {
+    block_on(async {
+        let env = Env::new("handover").await;
+        let (v1, v2, bad) = (env.version("v1"), env.version("v2"), env.version("bad"));
+        mark_unready(&env.client, &[&bad]).await;
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        // spec.replicas: 2 is applied, so the operator owns the field.
+        env.apply(&model_yaml(
+            "svc",
+            &v1,
+            "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
+        ))
+        .await;
+        env.wait_ready("svc", &v1).await;
+        assert_eq!(env.deployment("svc").await["spec"]["replicas"], 2);
+
+        // The next spec has no replicas: its apply drops the field.
+        env.set_spec("svc", json!({"version": v2, "replicas": null}))
+            .await;
+        replicas_hold_until(&env, 2, "v2 without spec.replicas rolls out", |s| {
+            s.phase == Some(Phase::Ready) && s.active_version.as_deref() == Some(v2.as_str())
+        })
+        .await;
+
+        // An autoscaler created after the rollout, before it has scaled:
+        // the next version's apply no longer sends replicas.
+        env.set_spec("svc", json!({"version": v1, "replicas": 2}))
+            .await;
+        env.wait_ready("svc", &v1).await;
+        env.apply(
+            "apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: svc
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: svc}
+  minReplicas: 2
+  maxReplicas: 5
+",
+        )
+        .await;
+        env.wait_status("svc", "the operator to see the autoscaler", |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.message.contains("HorizontalPodAutoscaler"))
+        })
+        .await;
+        env.set_spec("svc", json!({"version": bad})).await;
+        replicas_hold_until(&env, 2, "bad rolls out and is rolled back", |s| {
+            s.phase == Some(Phase::RolledBack)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "RolledBack" && c.status == "True")
+        })
+        .await;
+        env.set_spec("svc", json!({"version": v2})).await;
+        replicas_hold_until(&env, 2, "v2 rolls out under the autoscaler", |s| {
+            s.phase == Some(Phase::Ready) && s.active_version.as_deref() == Some(v2.as_str())
+        })
+        .await;
+        env.finish().await;
+    });
+}
+
+fn a_rollback_after_a_target_change_stays_on_the_new_target() {
+    block_on(async {
+        let env = Env::new("retarget").await;
+        let (v1, bad) = (env.version("v1"), env.version("bad"));
+        mark_unready(&env.client, &[&bad]).await;
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&deployment_yaml("svc-next", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml(
+            "svc",
+            &v1,
+            "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
+        ))
+        .await;
+        env.wait_ready("svc", &v1).await;
+        env.set_spec(
+            "svc",
+            json!({"version": bad, "targetRef": {"name": "svc-next"}}),
+        )
+        .await;
+        let s = env.wait_rolled_back("svc").await;
+        assert_eq!(s.active_version.as_deref(), Some(v1.as_str()));
+        let next = env.deployment("svc-next").await;
+        assert_eq!(
+            next["metadata"]["annotations"]["openmed.ai/model-resource"],
+            json!(format!("{}/svc", env.ns.name)),
+            "the new target is the one served"
+        );
+        let reads = next["spec"]["template"]["spec"]["containers"][0]["env"][0]["valueFrom"]
+            ["configMapKeyRef"]["name"]
+            .as_str()
+            .expect("the new target reads a snapshot")
+            .to_owned();
+        let cm = env.config_maps().get(&reads).await.unwrap();
+        assert_eq!(
+            cm.data.unwrap()["OPENMED_SERVICE_PRELOAD_MODELS"],
+            v1,
+            "the new target serves v1 again"
+        );
+        let old = env.deployment("svc").await;
+        assert!(
+            old["metadata"]["annotations"]
+                .get("openmed.ai/model-resource")
+                .is_none(),
+            "the old target stays released: {}",
+            old["metadata"]
+        );
+        // And it settles: no reconcile keeps failing.
+        env.wait_status("svc", "the Reconciling condition to settle", |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Reconciling" && c.status == "False")
+        })
+        .await;
         env.finish().await;
     });
 }
