@@ -26,7 +26,7 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, PodSpec, PodTemplateSpec};
 use kube::client::ClientBuilder;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -38,7 +38,7 @@ pub use model::RawModel;
 
 use crate::api::names::{
     FIELD_MANAGER, MANAGED_BY_LABEL, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
-    OPERATED_BY_LABEL,
+    OPERATED_BY_LABEL, PRELOAD_ENV,
 };
 use crate::rollout::Settings;
 use health::Health;
@@ -492,13 +492,43 @@ fn forget_managed_fields<K: ResourceExt>(object: &mut K) {
     object.meta_mut().managed_fields = None;
 }
 
-/// Drops a ReplicaSet's pod template and managed fields before it is
-/// cached: the operator reads only its labels, owner and counts, and the
-/// template is most of its size.
+/// Drops a ReplicaSet's managed fields and its pod template but for the
+/// containers' preload variables before it is cached: the operator reads
+/// only its labels, owner, counts and which ConfigMap its pods read, and
+/// the template is most of its size.
 fn forget_template(replica_set: &mut ReplicaSet) {
     forget_managed_fields(replica_set);
     if let Some(spec) = replica_set.spec.as_mut() {
-        spec.template = None;
+        let containers: Vec<Container> = spec
+            .template
+            .take()
+            .and_then(|t| t.spec)
+            .map(|s| s.containers)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|c| {
+                let env: Vec<EnvVar> = c
+                    .env
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|e| e.name == PRELOAD_ENV)
+                    .collect();
+                (!env.is_empty()).then(|| Container {
+                    name: c.name,
+                    env: Some(env),
+                    ..Container::default()
+                })
+            })
+            .collect();
+        if !containers.is_empty() {
+            spec.template = Some(PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    containers,
+                    ..PodSpec::default()
+                }),
+            });
+        }
     }
 }
 

@@ -543,19 +543,25 @@ async fn read_all_live(
 async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<Action, Error> {
     wait_for_caches(ctx).await?;
     let namespace = obj.namespace().unwrap_or_default();
-    let view = obj.view();
+    let mut current = obj.clone();
     let mut fresh = Fresh::default();
-    fresh.read_live(&view, ctx).await?;
+    fresh.read_live(&current.view(), ctx).await?;
     let mut last_writes = String::new();
     for _ in 0..MAX_PASSES {
+        let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
         let decision = decide(&view, &world, &[], ctx.settings, now.clone());
-        record_events(ctx, obj, &decision).await;
+        record_events(ctx, &current, &decision).await;
         if decision.finished {
-            remove_finalizer(api, obj).await?;
-            ctx.recorder.forget(obj);
+            remove_finalizer(api, &current).await?;
+            ctx.recorder.forget(&current);
             return Ok(Action::await_change());
+        }
+        // What the deletion waits for is said in the status, so a
+        // finalizer that stays is never a silent one.
+        if decision.status != view.status {
+            current = write_status(api, &current, &decision.status, ctx).await?;
         }
         if decision.writes.is_empty() {
             let wait = decision.requeue_after.unwrap_or(ctx.resync);
@@ -765,6 +771,8 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
             let running = rs.status.as_ref().map_or(0, |s| s.replicas);
             Some(rollout::SnapshotUse {
                 short,
+                config_map: preload_config_map(rs),
+                replica_set: rs.name_any(),
                 has_pods: wanted > 0 || running > 0,
             })
         })
@@ -782,6 +790,27 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         autoscaled,
         snapshot_uses,
     })
+}
+
+/// The ConfigMap a ReplicaSet's pods read the preload variable from (the
+/// cache keeps of the template only that variable).
+fn preload_config_map(replica_set: &ReplicaSet) -> Option<String> {
+    replica_set
+        .spec
+        .as_ref()?
+        .template
+        .as_ref()?
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == crate::api::names::PRELOAD_ENV)?
+        .value_from
+        .as_ref()?
+        .config_map_key_ref
+        .as_ref()
+        .map(|r| r.name.clone())
 }
 
 /// Replaces the status through the status subresource. The object carries

@@ -98,9 +98,31 @@ pub struct Observed<'a> {
 pub struct SnapshotUse {
     /// The snapshot's short hash (the ReplicaSet's label value).
     pub short: String,
+    /// The ConfigMap its pod template's preload variable reads, when
+    /// known. Two resources serving the same model share the short hash
+    /// but never the snapshot's name, so this is what says whose it is.
+    pub config_map: Option<String>,
+    /// The ReplicaSet's name, to say what a deletion waits for.
+    pub replica_set: String,
     /// The ReplicaSet has or wants pods: one of them may start, and read
     /// the snapshot, at any moment.
     pub has_pods: bool,
+}
+
+impl SnapshotUse {
+    /// Whether pods of this ReplicaSet read `config_map`: by its name when
+    /// the template is known, else by the snapshot label alone.
+    pub fn reads(&self, config_map: &ConfigMap) -> bool {
+        match &self.config_map {
+            Some(name) => config_map.metadata.name.as_deref() == Some(name.as_str()),
+            None => config_map
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MANIFEST_SNAPSHOT_LABEL))
+                .is_some_and(|short| *short == self.short),
+        }
+    }
 }
 
 /// What to do.
@@ -283,6 +305,8 @@ pub mod reason {
     pub const ANALYSIS_FAILED: &str = "AnalysisFailed";
     /// The latest round of measurements had no usable data.
     pub const ANALYSIS_INCONCLUSIVE: &str = "AnalysisInconclusive";
+    /// A deletion waits until no pod can read the model ConfigMaps.
+    pub const DELETION_WAITING: &str = "DeletionWaiting";
     /// A reconcile succeeded after [`RETRYING_AFTER_ERROR`], on a path
     /// that sets no other `Reconciling` reason.
     pub const ERROR_RESOLVED: &str = "ErrorResolved";
@@ -659,13 +683,7 @@ impl<'a> Step<'a> {
             keep.push(name_of(&self.plan(spec).snapshot).to_owned());
             keep.push(name_of(&self.retained_plan(spec, desired).snapshot).to_owned());
         }
-        let in_use = |cm: &ConfigMap| {
-            cm.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(MANIFEST_SNAPSHOT_LABEL))
-                .is_some_and(|short| self.obs.snapshot_uses.iter().any(|u| &u.short == short))
-        };
+        let in_use = |cm: &ConfigMap| self.obs.snapshot_uses.iter().any(|u| u.reads(cm));
         for cm in self.obs.config_maps {
             let name = name_of(cm);
             if self.owns(cm) && !keep.iter().any(|k| k == name) && !in_use(cm) {
@@ -888,25 +906,42 @@ impl<'a> Step<'a> {
         if !self.obs.claimed.is_empty() {
             return;
         }
-        let read_by_pods = self.obs.config_maps.iter().any(|cm| {
-            self.owns(cm)
-                && cm
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(MANIFEST_SNAPSHOT_LABEL))
-                    .is_some_and(|short| {
-                        self.obs
-                            .snapshot_uses
-                            .iter()
-                            .any(|u| &u.short == short && u.has_pods)
-                    })
-        });
-        let target_reads = self.obs.target.is_some_and(|t| self.still_reading(t));
-        if read_by_pods || target_reads {
-            // Any ReplicaSet with pods, of this target or of one released
-            // earlier, may start a pod that reads a snapshot.
+        // Any ReplicaSet with pods, of this target or of one released
+        // earlier, may start a pod that reads a snapshot.
+        let mut waiting: Vec<String> = Vec::new();
+        for cm in self.obs.config_maps.iter().filter(|cm| self.owns(cm)) {
+            for u in self
+                .obs
+                .snapshot_uses
+                .iter()
+                .filter(|u| u.has_pods && u.reads(cm))
+            {
+                waiting.push(format!(
+                    "ReplicaSet {} reads ConfigMap {}",
+                    u.replica_set,
+                    name_of(cm)
+                ));
+            }
+        }
+        if let Some(target) = self.obs.target.filter(|t| self.still_reading(t)) {
+            let name = target.metadata.name.as_deref().unwrap_or_default();
+            waiting.insert(
+                0,
+                format!("the pods of Deployment {name} restart without a model"),
+            );
+        }
+        if !waiting.is_empty() {
             self.requeue_after = Some(Duration::from_secs(5));
+            let shown = waiting.len().min(3);
+            let more = match waiting.len() - shown {
+                0 => String::new(),
+                n => format!(" (and {n} more)"),
+            };
+            let message = format!(
+                "deleting: the model ConfigMaps are deleted once nothing can read them; waiting until {}{more}",
+                waiting[..shown].join(", ")
+            );
+            self.condition(RECONCILING, true, reason::DELETION_WAITING, message);
             return;
         }
         let owned: Vec<&ConfigMap> = self

@@ -42,7 +42,58 @@ pub fn trials() -> Vec<Trial> {
             "snapshots::a_foreground_deletion_never_leaves_a_reference_to_a_missing_config_map",
             a_foreground_deletion_never_leaves_a_reference_to_a_missing_config_map,
         ),
+        trial(
+            "snapshots::deleting_one_of_two_models_serving_the_same_version_finishes",
+            deleting_one_of_two_models_serving_the_same_version_finishes,
+        ),
     ]
+}
+
+/// Two resources at the same family, tier and version share their
+/// snapshots' short hash (the ReplicaSets' label); deleting one waits for
+/// its own pods only.
+fn deleting_one_of_two_models_serving_the_same_version_finishes() {
+    block_on(async {
+        let env = Env::new("twins").await;
+        let v1 = env.version("v1");
+        for name in ["svc-a", "svc-b"] {
+            env.apply(&deployment_yaml(name, "openmed-service", "boot"))
+                .await;
+            env.apply(&model_yaml(name, &v1, "")).await;
+        }
+        env.wait_ready("svc-a", &v1).await;
+        env.wait_ready("svc-b", &v1).await;
+        env.models()
+            .delete("svc-a", &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for("svc-a to be gone", WAIT, || async {
+            env.models()
+                .get_opt("svc-a")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        let left: Vec<String> = env
+            .config_maps()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|cm| cm.name_any())
+            .filter(|n| n.contains("model-manifest"))
+            .collect();
+        assert!(
+            left.iter().all(|n| n.starts_with("svc-b-")) && !left.is_empty(),
+            "svc-a's ConfigMaps are gone, svc-b's stay: {left:?}"
+        );
+        let b = env.status("svc-b").await;
+        assert_eq!(b.phase, Some(Phase::Ready), "svc-b serves on");
+        env.finish().await;
+    });
 }
 
 const WAIT: Duration = Duration::from_secs(90);

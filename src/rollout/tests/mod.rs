@@ -1747,6 +1747,8 @@ fn snapshots_are_kept_while_retained_or_referenced_by_a_replica_set() {
     // A ReplicaSet of the revision history references v1 all along.
     w.replica_sets = vec![SnapshotUse {
         short: v1_short,
+        config_map: v1.as_str().map(str::to_owned),
+        replica_set: "svc-1".into(),
         has_pods: false,
     }];
     w.upgrade("v2");
@@ -1923,6 +1925,8 @@ fn deletion_waits_for_every_replica_set_with_pods_that_reads_a_snapshot() {
     w.reconcile();
     w.replica_sets = vec![SnapshotUse {
         short: short.clone(),
+        config_map: None,
+        replica_set: "svc-1".into(),
         has_pods: true,
     }];
     w.resource.deleting = true;
@@ -1935,9 +1939,65 @@ fn deletion_waits_for_every_replica_set_with_pods_that_reads_a_snapshot() {
     // Scaled down to history only: nothing can start a pod that reads it.
     w.replica_sets = vec![SnapshotUse {
         short,
+        config_map: None,
+        replica_set: "svc-1".into(),
         has_pods: false,
     }];
     w.reconcile();
     assert!(w.config_maps.is_empty());
     assert!(w.decide().finished);
+}
+
+#[test]
+fn deletion_waits_only_for_its_own_pods_when_another_resource_serves_the_same_model() {
+    // Two resources at the same family, tier and version share the
+    // snapshot's short hash; only the ReplicaSets reading this resource's
+    // own snapshot hold its deletion.
+    let mut w = World::ready_at("v1");
+    let ours = w.preload()["valueFrom"]["configMapKeyRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let short = w.dep()["spec"]["template"]["metadata"]["labels"][MANIFEST_SNAPSHOT_LABEL]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let theirs = SnapshotUse {
+        short: short.clone(),
+        config_map: Some(format!("other-model-manifest-{short}")),
+        replica_set: "other-7d4b9c".into(),
+        has_pods: true,
+    };
+    let mine = SnapshotUse {
+        short,
+        config_map: Some(ours.clone()),
+        replica_set: "svc-5f6d7".into(),
+        has_pods: true,
+    };
+    w.replica_sets = vec![theirs.clone(), mine];
+    w.resource.deleting = true;
+    w.reconcile();
+    // The release restarted the pods; the old ReplicaSet still has some.
+    w.pods_ready();
+    w.reconcile();
+    assert!(!w.decide().finished);
+    let reconciling = conditions::get(&w.status().conditions, RECONCILING).unwrap();
+    assert_eq!(reconciling.reason, reason::DELETION_WAITING);
+    assert!(
+        reconciling
+            .message
+            .contains("ReplicaSet svc-5f6d7 reads ConfigMap")
+            && reconciling.message.contains(&ours)
+            && !reconciling.message.contains("other-7d4b9c"),
+        "status says what deletion waits for: {}",
+        reconciling.message
+    );
+    // Our old ReplicaSet is scaled down; the other resource's pods remain.
+    w.replica_sets = vec![theirs];
+    w.reconcile();
+    assert!(w.config_maps.is_empty(), "{:?}", w.config_map_names());
+    assert!(
+        w.decide().finished,
+        "never waits for another resource's pods"
+    );
 }
