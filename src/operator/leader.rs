@@ -4,14 +4,16 @@
 //!
 //! Every instance watches and caches; only the holder of the Lease
 //! reconciles. Expiry is judged on the local monotonic clock from when this
-//! instance last saw the Lease change (as client-go does), never by comparing
+//! instance last saw the Lease change, that is from when the read that
+//! showed the change was answered (as client-go does), never by comparing
 //! the holder's `renewTime` with the local wall clock, so a skewed clock can
 //! neither steal a live lease nor keep a dead one.
 //!
 //! The fence: the leader may send a write only while its last successful
 //! renewal, timed from when that renewal was *sent*, is younger than the
 //! renew deadline. A rival can take the Lease only once a full lease
-//! duration has passed since it saw that renewal, which is later still; the
+//! duration has passed since it saw that renewal (its read answered, however
+//! long the read took to reach the server), which is later still; the
 //! difference (lease duration − renew deadline) is the margin for a write
 //! already in flight. A write still waiting for its answer when the fence
 //! closes is abandoned. Leadership, once lost, is never regained in the same
@@ -218,9 +220,9 @@ pub enum Step {
     Wait(Duration),
 }
 
-/// Chooses the next step (pure: the clocks are arguments). `seen` is
-/// updated to the Lease just read, keeping its first sighting time when the
-/// record has not changed.
+/// Chooses the next step (pure: the clocks are arguments). `now` is when
+/// the read of `lease` was answered; `seen` is updated to the Lease just
+/// read, keeping its first sighting time when the record has not changed.
 fn next_step(
     lease: Option<&LeaseSpec>,
     identity: &str,
@@ -290,6 +292,13 @@ fn held(
     }
 }
 
+/// The election's clock: tokio's, the monotonic clock, except in a test
+/// that pauses time to drive an election through its timings (the waits
+/// here are tokio's too, so both move together).
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 fn micro_now() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
@@ -320,7 +329,7 @@ pub async fn elect(
     let mut last_renewal: Option<Instant> = None;
     info!(lease = %name, %identity, "leader election: campaigning");
     loop {
-        let attempt_started = Instant::now();
+        let attempt_started = now();
         // While leading, an attempt may not outlast the fence: a renewal
         // that hangs must not keep a deposed leader believing it leads.
         let bound = match last_renewal {
@@ -329,14 +338,7 @@ pub async fn elect(
         };
         let attempt = tokio::time::timeout(
             bound,
-            try_hold(
-                &leases,
-                &name,
-                &identity,
-                &timing,
-                &mut seen,
-                attempt_started,
-            ),
+            try_hold(&leases, &name, &identity, &timing, &mut seen),
         );
         let outcome = tokio::select! {
             outcome = attempt => outcome.unwrap_or(Err(Attempt::Failed("timed out".into()))),
@@ -366,7 +368,7 @@ pub async fn elect(
             }
         };
         if let Some(at) = last_renewal
-            && Instant::now() >= at + timing.renew_deadline
+            && now() >= at + timing.renew_deadline
         {
             fence.close();
             warn!(
@@ -381,7 +383,7 @@ pub async fn elect(
             () = &mut stop => break,
         }
     }
-    if last_renewal.is_some() && fence.is_open(Instant::now()) {
+    if last_renewal.is_some() && fence.is_open(now()) {
         fence.close();
         release(&leases, &name, &identity).await;
     }
@@ -400,12 +402,23 @@ async fn try_hold(
     identity: &str,
     timing: &Timing,
     seen: &mut Option<Seen>,
-    now: Instant,
 ) -> Result<(), Attempt> {
     let failed = |e: kube::Error| Attempt::Failed(e.to_string());
     let current = leases.get_opt(name).await.map_err(failed)?;
+    // A sighting dates from its answer (as client-go's observedTime): the
+    // read may have reached the server long after it was sent, and seen a
+    // renewal sent meanwhile. Dated from the send, a read slower than the
+    // margin would let this instance take the Lease while that renewal's
+    // fence is still open.
+    let answered = now();
     let spec = current.as_ref().map(|l| l.spec.clone().unwrap_or_default());
-    match next_step(spec.as_ref(), identity, seen, now, timing.lease_duration) {
+    match next_step(
+        spec.as_ref(),
+        identity,
+        seen,
+        answered,
+        timing.lease_duration,
+    ) {
         Step::Create => {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -606,5 +619,192 @@ mod tests {
         fence.close();
         assert!(!fence.is_open(t0));
         assert!(!*fence.subscribe().borrow());
+    }
+
+    /// An API server that holds one Lease: a read can be slowed (it is
+    /// answered from the Lease as it is when the delay ends, as a slow
+    /// request reaches the server late), and every accepted write is kept
+    /// with its time and holder.
+    #[derive(Clone, Default)]
+    struct FakeLeases(std::sync::Arc<Mutex<FakeState>>);
+
+    #[derive(Default)]
+    struct FakeState {
+        lease: Option<Lease>,
+        version: u64,
+        read_delays: std::collections::VecDeque<Duration>,
+        writes: Vec<(Instant, Option<String>)>,
+    }
+
+    const NAME: &str = "openmed-operator";
+
+    impl FakeLeases {
+        fn held_by(holder: &str, duration: Duration) -> Self {
+            let fake = FakeLeases::default();
+            let spec = held(None, holder, false, duration, micro_now());
+            fake.store(Lease {
+                metadata: ObjectMeta {
+                    name: Some(NAME.into()),
+                    namespace: Some("ns".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(spec),
+            });
+            fake
+        }
+
+        fn store(&self, mut lease: Lease) -> Lease {
+            let mut state = self.0.lock().unwrap();
+            state.version += 1;
+            lease.metadata.resource_version = Some(state.version.to_string());
+            state.lease = Some(lease.clone());
+            lease
+        }
+
+        /// A renewal by `holder`, written straight into the store.
+        fn renew(&self, holder: &str) {
+            let mut lease = self.0.lock().unwrap().lease.clone().unwrap();
+            lease.spec = Some(held(lease.spec.as_ref(), holder, true, D, micro_now()));
+            self.store(lease);
+        }
+
+        fn slow_next_read(&self, by: Duration) {
+            self.0.lock().unwrap().read_delays.push_back(by);
+        }
+
+        fn first_write_by(&self, holder: &str) -> Option<Instant> {
+            let state = self.0.lock().unwrap();
+            state
+                .writes
+                .iter()
+                .find(|(_, h)| h.as_deref() == Some(holder))
+                .map(|(at, _)| *at)
+        }
+
+        fn api(&self) -> Api<Lease> {
+            let fake = self.clone();
+            let service = tower::service_fn(move |request: http::Request<Body>| {
+                let fake = fake.clone();
+                async move { Ok::<_, std::convert::Infallible>(fake.answer(request).await) }
+            });
+            Api::namespaced(kube::Client::new(service, "ns"), "ns")
+        }
+
+        async fn answer(&self, request: http::Request<Body>) -> http::Response<Body> {
+            use http_body_util::BodyExt;
+            let method = request.method().clone();
+            let body = request.into_body().collect().await.unwrap().to_bytes();
+            if method == http::Method::GET {
+                let delay = self.0.lock().unwrap().read_delays.pop_front();
+                if let Some(delay) = delay {
+                    tokio::time::sleep(delay).await;
+                }
+                let lease = self.0.lock().unwrap().lease.clone();
+                return match lease {
+                    Some(lease) => reply(200, &lease),
+                    None => status(404, "NotFound"),
+                };
+            }
+            let mut lease: Lease = serde_json::from_slice(&body).unwrap();
+            {
+                let state = self.0.lock().unwrap();
+                let current = state.lease.as_ref();
+                let conflict = match method {
+                    http::Method::POST => current.is_some(),
+                    _ => {
+                        current.and_then(|l| l.metadata.resource_version.as_deref())
+                            != lease.metadata.resource_version.as_deref()
+                    }
+                };
+                if conflict {
+                    return status(409, "Conflict");
+                }
+            }
+            lease = self.store(lease);
+            let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+            self.0.lock().unwrap().writes.push((now(), holder));
+            reply(
+                if method == http::Method::POST {
+                    201
+                } else {
+                    200
+                },
+                &lease,
+            )
+        }
+    }
+
+    fn reply(code: u16, body: &impl serde::Serialize) -> http::Response<Body> {
+        http::Response::builder()
+            .status(code)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(serde_json::to_vec(body).unwrap()))
+            .unwrap()
+    }
+
+    fn status(code: u16, reason: &str) -> http::Response<Body> {
+        reply(
+            code,
+            &serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "reason": reason, "code": code, "message": reason,
+            }),
+        )
+    }
+
+    /// A follower whose read of the Lease is slower than the margin
+    /// (lease duration − renew deadline) sees a renewal that landed while
+    /// the read was on its way. It must count the lease from when it had
+    /// the answer: counted from when it sent the read, it would take the
+    /// Lease while the old leader's fence is still open.
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_counts_the_lease_from_when_its_read_was_answered() {
+        let timing = Timing::DEFAULT;
+        let margin = timing.lease_duration - timing.renew_deadline;
+        // Slower than the margin, inside the bound of one attempt.
+        let slow = margin + Duration::from_secs(3);
+        assert!(slow < timing.renew_deadline);
+        let fake = FakeLeases::held_by("old", timing.lease_duration);
+        fake.slow_next_read(slow);
+        let started = now();
+        let answered = started + slow;
+        // The old leader's last renewal, sent and landed while the read
+        // waits: its fence stays open a renew deadline after it.
+        let last_renewal = answered - Duration::from_secs(1);
+        let renewer = {
+            let fake = fake.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(last_renewal.into()).await;
+                fake.renew("old");
+            })
+        };
+        let fence = std::sync::Arc::new(Fence::default());
+        let mut leading = fence.subscribe();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let election = tokio::spawn(elect(
+            fake.api(),
+            NAME.into(),
+            "me".into(),
+            timing.clone(),
+            fence.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        tokio::time::timeout(Duration::from_secs(120), leading.wait_for(|l| *l))
+            .await
+            .expect("the follower takes the expired lease")
+            .unwrap();
+        let taken = fake.first_write_by("me").expect("the take-over");
+        assert!(
+            taken >= answered + timing.lease_duration,
+            "taken {:?} after the answer that showed the renewal, under the lease duration {:?}",
+            taken - answered,
+            timing.lease_duration
+        );
+        assert!(taken >= last_renewal + timing.renew_deadline);
+        stop.send(()).unwrap();
+        assert_eq!(election.await.unwrap(), Ended::Stopped);
+        renewer.await.unwrap();
     }
 }

@@ -11,7 +11,7 @@ use openmed_op::api::{OpenMedModel, OpenMedModelStatus, Phase};
 use serde_json::json;
 
 use crate::env::{deployment_yaml, model_yaml};
-use crate::proxy::{Fault, Match, Rule};
+use crate::proxy::{Fault, Logged, Match, Rule};
 use crate::stage::Stage;
 use crate::support::*;
 use crate::{Mode, Outcome, Scenario};
@@ -40,6 +40,7 @@ pub fn all() -> Vec<(&'static str, Scenario)> {
         two_instances_with_leader_election,
         two_instances_without_leader_election,
         a_leader_that_cannot_renew_stops_writing,
+        a_slow_lease_read_does_not_shorten_the_followers_wait,
         a_foreign_namespace_is_never_written,
         rivals_created_and_deleted_within_a_second,
         restart_kube_apiserver_mid_rollout,
@@ -736,17 +737,37 @@ async fn two_instances(
     quiet(stage).await;
     stage.invariants.settled(MODEL, driver.rollbacks).await;
     second.kill();
+    (took, writer_terms(&stage.proxy.log(), &namespace))
+}
+
+/// The writers (User-Agents) of the operator's writes in `namespace`, its
+/// Lease aside, in the order the writes arrived: one entry per run of
+/// writes by one process.
+fn writer_terms(log: &[Logged], namespace: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
-    for logged in stage.proxy.log() {
+    for logged in log {
         if logged.call.is_write()
             && logged.call.resource != "leases"
-            && logged.call.namespace.as_deref() == Some(namespace.as_str())
+            && logged.call.namespace.as_deref() == Some(namespace)
             && terms.last() != Some(&logged.call.user_agent)
         {
-            terms.push(logged.call.user_agent);
+            terms.push(logged.call.user_agent.clone());
         }
     }
-    (took, terms)
+    terms
+}
+
+/// Writes of two leader terms interleaved: a process wrote again after
+/// another had begun (what the fence rules out). One violation naming the
+/// writers that did, and the order of the terms.
+fn interleaved(terms: &[String]) -> Option<String> {
+    let mut seen = BTreeSet::new();
+    let again: BTreeSet<&String> = terms.iter().filter(|w| !seen.insert(*w)).collect();
+    (!again.is_empty()).then(|| {
+        format!(
+            "{again:?} wrote again after another instance had begun; terms in order: {terms:#?}"
+        )
+    })
 }
 
 /// With leader election: two instances, the stage's one killed now and
@@ -764,14 +785,7 @@ fn two_instances_with_leader_election(mode: Mode, seed: u64) -> Outcome {
             ..Outcome::default()
         };
         eprintln!("  terms of writers: {}", terms.len());
-        let mut seen = BTreeSet::new();
-        for writer in &terms {
-            if !seen.insert(writer) {
-                outcome.violations.push(format!(
-                    "{writer} wrote again after another instance had begun: {terms:#?}"
-                ));
-            }
-        }
+        outcome.violations.extend(interleaved(&terms));
         outcome.violations.extend(stage.finish().await);
         outcome
     })
@@ -1051,6 +1065,219 @@ fn a_leader_that_cannot_renew_stops_writing(mode: Mode, seed: u64) -> Outcome {
         stage.proxy.clear();
         second.kill();
         outcome.points = rounds;
+        outcome.violations.extend(stage.finish().await);
+        outcome
+    })
+}
+
+/// Leader election with room for one read slower than the margin (lease
+/// duration − renew deadline, 1 s) yet inside a follower's attempt (the
+/// renew deadline, 5 s).
+const ELECT_SLOW_READ: &[&str] = &[
+    "--leader-elect",
+    "--leader-elect-resource-namespace={ns}",
+    "--leader-elect-lease-duration=6s",
+    "--leader-elect-renew-deadline=5s",
+    "--leader-elect-retry-period=1s",
+];
+
+/// How long the follower's slow Lease read waits before it reaches the API
+/// server: longer than [`ELECT_SLOW_READ`]'s margin.
+const SLOW_READ: Duration = Duration::from_secs(4);
+
+/// The identity in an operator's User-Agent (`openmed-operator/V (ID)`).
+fn identity_in(user_agent: &str) -> Option<&str> {
+    let (_, rest) = user_agent.split_once('(')?;
+    rest.strip_suffix(')')
+}
+
+/// Waits until the proxy's log shows what `find` looks for.
+async fn proxy_log_shows<T>(stage: &Stage, what: &str, find: impl Fn(&[Logged]) -> Option<T>) -> T {
+    wait_for(what, Duration::from_secs(30), || {
+        let found = find(&stage.proxy.log());
+        async move { found }
+    })
+    .await
+}
+
+/// One Lease read of the follower is slow (its next ones are quick, as
+/// latency varies: were every read as slow, the read before the take-over
+/// would delay it as much, and hide the fault) and shows a renewal that
+/// landed while it waited; then
+/// the leader is cut off from its Lease while it has work. The follower
+/// must count the lease from when it saw that renewal, so it takes the
+/// Lease only a full lease duration after it, once the old leader's fence
+/// has closed: the writes of the two terms never interleave.
+fn a_slow_lease_read_does_not_shorten_the_followers_wait(_: Mode, seed: u64) -> Outcome {
+    block_on(async {
+        let mut stage = Stage::new("slowread", seed, ELECT_SLOW_READ).await;
+        grant_lease(&stage).await;
+        let mut driver = Driver::new();
+        let first = driver.version(&stage, "good");
+        set_up(&mut stage, &first).await;
+        let namespace = stage.namespace();
+        let args: Vec<String> = ELECT_SLOW_READ
+            .iter()
+            .map(|a| a.replace("{ns}", &namespace))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut second =
+            Operator::start_instance_with(&stage.kubeconfig, &namespace, "second", &args);
+        wait_for("the follower's /readyz", Duration::from_secs(60), || {
+            http_get(&second.addr, "/readyz")
+        })
+        .await;
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(stage.env.client.clone(), &namespace);
+        let holder_now = || async {
+            leases
+                .get("openmed-operator")
+                .await
+                .ok()
+                .and_then(|l| l.spec?.holder_identity)
+        };
+        let leader = holder_now().await.expect("a leader");
+        let lease_reads = |identity: &str| Match {
+            verbs: Some(vec!["get"]),
+            resource: Some("leases".into()),
+            namespace: Some(namespace.clone()),
+            user_agent: Some(identity.to_owned()),
+            ..Match::default()
+        };
+        let follower = proxy_log_shows(&stage, "the follower's Lease reads", |log| {
+            log.iter().find_map(|l| {
+                let identity = identity_in(&l.call.user_agent)?;
+                (l.call.resource == "leases" && identity != leader).then(|| identity.to_owned())
+            })
+        })
+        .await;
+        // The fault: the follower's next Lease read waits before it goes on.
+        let slow = stage
+            .proxy
+            .add(Rule::new(lease_reads(&follower), Fault::Delay(SLOW_READ)).times(1));
+        let renewals_of = |log: &[Logged], identity: &str| {
+            log.iter()
+                .filter(|l| {
+                    l.call.resource == "leases"
+                        && l.call.verb == "update"
+                        && l.fault.is_none()
+                        && l.call.user_agent.contains(identity)
+                })
+                .map(|l| l.at)
+                .collect::<Vec<_>>()
+        };
+        let sent = proxy_log_shows(&stage, "the slow read", |log| {
+            log.iter()
+                .find(|l| l.fault.is_some() && l.call.user_agent.contains(&follower))
+                .map(|l| l.at)
+        })
+        .await;
+        // A renewal late in the read's wait (so the wait is counted from well
+        // before it), then the leader is cut off from its Lease: that renewal
+        // is its last, and the slow read shows it.
+        proxy_log_shows(&stage, "a renewal during the slow read", |log| {
+            renewals_of(log, &leader)
+                .into_iter()
+                .find(|&at| at > sent + SLOW_READ - Duration::from_millis(1500))
+        })
+        .await;
+        stage.proxy.add(Rule::new(
+            Match {
+                resource: Some("leases".into()),
+                user_agent: Some(leader.clone()),
+                ..Match::default()
+            },
+            Fault::Blackhole,
+        ));
+        let last_renewal = renewals_of(&stage.proxy.log(), &leader)
+            .into_iter()
+            .max()
+            .expect("the renewal just seen");
+        assert!(
+            last_renewal + Duration::from_millis(100) < sent + SLOW_READ,
+            "the leader's last renewal came {:.2} s after the slow read was sent, too late for it to show",
+            (last_renewal - sent).as_secs_f64()
+        );
+        // Work for both while leadership changes hands: a new version every
+        // 0.2 to 0.6 s (seeded), until the follower has led for 2 s.
+        let mut outcome = Outcome::default();
+        let mut version = first;
+        let mut took_over: Option<Instant> = None;
+        let begun = Instant::now();
+        while took_over.is_none_or(|at| at.elapsed() < Duration::from_secs(2)) {
+            version = driver.version(&stage, "good");
+            new_version(&stage, &version).await;
+            tokio::time::sleep(Duration::from_millis(stage.rng.u64(200..600))).await;
+            if took_over.is_none() && holder_now().await.is_some_and(|h| h == follower) {
+                took_over = Some(Instant::now());
+            }
+            assert!(
+                begun.elapsed() < Duration::from_secs(60),
+                "the follower never took over"
+            );
+        }
+        let (_, took) = stage
+            .converge(MODEL, "the last version under the new leader", |s| {
+                ready_with(s, &version)
+            })
+            .await;
+        outcome.converge.push(took);
+        quiet(&mut stage).await;
+        stage.invariants.settled(MODEL, driver.rollbacks).await;
+        second.kill();
+        let log = stage.proxy.log();
+        let lease_duration = Duration::from_secs(6);
+        let taken = log
+            .iter()
+            .filter(|l| {
+                l.call.resource == "leases"
+                    && l.call.is_write()
+                    && l.fault.is_none()
+                    && l.call.user_agent.contains(&follower)
+            })
+            .map(|l| l.at)
+            .min();
+        match taken {
+            Some(taken) => {
+                eprintln!(
+                    "  leader's last renewal → the follower's take-over: {:.2} s (lease duration {lease_duration:?})",
+                    (taken - last_renewal).as_secs_f64()
+                );
+                if taken < last_renewal + lease_duration {
+                    outcome.violations.push(format!(
+                        "the follower took the Lease {:.2} s after the leader's last renewal, under the lease duration {lease_duration:?}: its slow read ({SLOW_READ:?}) shortened its wait",
+                        (taken - last_renewal).as_secs_f64()
+                    ));
+                }
+            }
+            None => outcome
+                .violations
+                .push("the follower never took the Lease".into()),
+        }
+        let writes_of = |identity: &str| {
+            log.iter()
+                .filter(|l| {
+                    l.call.is_write()
+                        && l.call.resource != "leases"
+                        && l.call.namespace.as_deref() == Some(namespace.as_str())
+                        && l.call.user_agent.contains(identity)
+                })
+                .map(|l| l.at)
+                .collect::<Vec<_>>()
+        };
+        let since_renewal = |at: Option<&Instant>| {
+            at.map(|at| format!("{:.2} s", (*at - last_renewal).as_secs_f64()))
+        };
+        eprintln!(
+            "  after the leader's last renewal: its last write {:?}, the successor's first {:?}",
+            since_renewal(writes_of(&leader).iter().max()),
+            since_renewal(writes_of(&follower).iter().min()),
+        );
+        let terms = writer_terms(&log, &namespace);
+        eprintln!("  terms of writers: {}", terms.len());
+        outcome.violations.extend(interleaved(&terms));
+        outcome.points = stage.proxy.applied()[slow];
+        stage.proxy.clear();
         outcome.violations.extend(stage.finish().await);
         outcome
     })
