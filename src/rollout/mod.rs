@@ -724,15 +724,16 @@ impl<'a> Step<'a> {
                 }),
             };
         }
-        // An automatic rollback holds while the spec is the one that failed
-        // and has not been edited since; editing it (even to the same
-        // version) asks for another try.
+        // An automatic rollback holds while the spec hashes to the one that
+        // failed; a change to a field the operator hashes asks for another
+        // try. An edit of anything else (spec.canary, a default spelled
+        // out) is none: the admission policy lets it through without a
+        // retry reason, so it must not roll the failed version out again.
         let holding = status
             .rollback_request
             .as_deref()
             .is_some_and(|r| r.starts_with("automatic:"))
-            && status.failed_spec_hash.as_deref() == Some(&desired.spec_hash)
-            && status.observed_generation == Some(self.generation());
+            && status.failed_spec_hash.as_deref() == Some(&desired.spec_hash);
         if holding && let Some(restored) = &status.rollback_spec {
             return Ok((Mode::Automatic, self.retained_plan(restored, desired)));
         }

@@ -841,12 +841,52 @@ fn editing_the_spec_after_an_automatic_rollback_tries_again() {
     w.fail_rollout("v2");
     w.pods_ready();
     w.reconcile();
-    // Same version, spec edited: a deliberate retry.
+    // Same version, a field the operator hashes edited: a deliberate retry
+    // (the admission policy asks for a new openmed.ai/retry-reason).
+    w.resource.spec["replicas"] = json!(3);
     w.resource.generation += 1;
     let events = w.reconcile();
     assert_eq!(reasons(&events), [reason::ROLLOUT_STARTED]);
     assert_eq!(w.cm_version(), "v2");
     assert_eq!(w.status().rollback_request, None);
+}
+
+#[test]
+fn an_edit_the_operator_does_not_hash_keeps_an_automatic_rollback() {
+    // The admission policy lets an edit of only spec.canary (or spelling
+    // out a default) through without a retry reason, so such an edit must
+    // not roll the failed version out again.
+    let mut w = World::ready_at("v1");
+    w.fail_rollout("v2");
+    w.pods_ready();
+    w.reconcile();
+    assert_eq!(w.cm_version(), "v1");
+    let before = w.status().rollback_count;
+    w.resource.spec["targetRef"] = json!({"name": "svc"});
+    w.resource.generation += 1;
+    w.now += 10;
+    let events = w.reconcile();
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!(w.cm_version(), "v1", "still rolled back");
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+    assert_eq!(w.status().rollback_count, before);
+    // A canary added and then removed again: still held.
+    w.resource.spec["canary"] = json!({
+        "targetRef": {"name": "svc-canary"},
+        "trafficRef": {"httpRoute": "svc", "stableBackend": "svc", "canaryBackend": "svc-canary"},
+        "steps": [{"weight": 10}],
+    });
+    w.resource.generation += 1;
+    w.reconcile();
+    w.resource.spec.as_object_mut().unwrap().remove("canary");
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(
+        w.cm_version(),
+        "v1",
+        "removing spec.canary is no retry either"
+    );
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
 }
 
 #[test]
