@@ -49,12 +49,15 @@ const INSTANCE_LIMIT: usize = 128;
 ///
 /// The counts are kept per resource (by UID) and only for its current
 /// generation, since event names carry the generation: memory stays
-/// bounded by the resources that exist, and [`Recorder::forget`] drops a
-/// deleted one's.
+/// bounded by the resources that exist. The model watch drops a deleted
+/// one's ([`Recorder::forget`], [`Recorder::keep_only`]), whoever deleted
+/// it: this process's clean-up, another instance's, or a finalizer removed
+/// by hand. Clones share the counts.
+#[derive(Clone)]
 pub struct Recorder {
     client: Client,
     instance: String,
-    counts: Mutex<HashMap<String, GenerationCounts>>,
+    counts: std::sync::Arc<Mutex<HashMap<String, GenerationCounts>>>,
 }
 
 /// The counts of one resource's events in one generation.
@@ -70,7 +73,7 @@ impl Recorder {
         Recorder {
             client,
             instance,
-            counts: Mutex::new(HashMap::new()),
+            counts: Default::default(),
         }
     }
 
@@ -78,6 +81,15 @@ impl Recorder {
     pub fn forget(&self, resource: &RawModel) {
         let uid = resource.uid().unwrap_or_default();
         self.counts.lock().expect("event counts").remove(&uid);
+    }
+
+    /// Forgets the counts of every resource whose UID `exists` denies: after
+    /// a watch relists, resources deleted while it was down sent no event.
+    pub fn keep_only(&self, exists: impl Fn(&str) -> bool) {
+        self.counts
+            .lock()
+            .expect("event counts")
+            .retain(|uid, _| exists(uid));
     }
 
     fn known(&self, resource: &RawModel, name: &str) -> Option<i32> {
@@ -316,5 +328,16 @@ mod tests {
             0,
             "a deleted resource leaves nothing"
         );
+    }
+
+    #[tokio::test]
+    async fn counts_of_resources_deleted_while_the_watch_was_down_are_dropped() {
+        let recorder = recorder("test");
+        recorder.remember(&model("a", 1), "m.1".into(), 3);
+        recorder.remember(&model("b", 1), "m.2".into(), 1);
+        let clone = recorder.clone();
+        clone.keep_only(|uid| uid == "b");
+        assert_eq!(recorder.remembered(), 1, "clones share the counts");
+        assert_eq!(recorder.known(&model("b", 1), "m.2"), Some(1));
     }
 }

@@ -346,6 +346,10 @@ async fn run_scope(
     })
     .touched_objects();
 
+    // Every HPA in scope is watched (no selector can pick those that scale
+    // a managed Deployment), so each is cached as its scale target alone,
+    // and only a change of that target wakes a model: an autoscaler's
+    // status, rewritten every few seconds, costs nothing.
     let (autoscalers, autoscaler_writer) = reflector::store();
     let autoscaler_events = observed(
         watcher(
@@ -357,13 +361,14 @@ async fn run_scope(
         health.clone(),
         metrics.clone(),
     )
-    .modify(forget_managed_fields)
+    .modify(keep_scale_target)
     .reflect(autoscaler_writer)
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Autoscalers, e)
     })
-    .touched_objects();
+    .touched_objects()
+    .predicate_filter(scale_target, Default::default());
 
     // Only ReplicaSets whose template references a snapshot, cached without
     // their pod template: their label says which snapshot a revision reads,
@@ -387,6 +392,8 @@ async fn run_scope(
     })
     .touched_objects();
 
+    let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());
+    let recorder = events::Recorder::new(clients.requests.clone(), instance);
     let (models, model_writer) = reflector::store();
     let model_events = observed(
         watcher(api::<RawModel>(client, &scope), watcher::Config::default()).default_backoff(),
@@ -400,10 +407,22 @@ async fn run_scope(
         let synced = synced.clone();
         move |e| synced.observe(Cache::Models, e)
     })
+    .inspect({
+        // Event counts go with their resource, whoever deleted it.
+        let (recorder, models) = (recorder.clone(), models.clone());
+        move |e| match e {
+            Ok(watcher::Event::Delete(model)) => recorder.forget(model),
+            Ok(watcher::Event::InitDone) => {
+                let alive: std::collections::HashSet<String> =
+                    models.state().iter().filter_map(|m| m.uid()).collect();
+                recorder.keep_only(|uid| alive.contains(uid));
+            }
+            _ => {}
+        }
+    })
     .applied_objects();
     let controller = Controller::for_stream(model_events, models.clone())
         .with_config(controller::Config::default().concurrency(options.concurrency));
-    let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());
     let client = clients.requests;
     let context = Arc::new(Context {
         client: client.clone(),
@@ -415,7 +434,7 @@ async fn run_scope(
         settings: options.settings,
         resync: options.resync,
         metrics,
-        recorder: events::Recorder::new(client, instance),
+        recorder,
         failures: Mutex::new(std::collections::HashMap::new()),
         fence: fence.clone(),
         synced,
@@ -530,6 +549,30 @@ fn forget_template(replica_set: &mut ReplicaSet) {
             });
         }
     }
+}
+
+/// Keeps of an HPA only its identity and scale target: all `decide` asks of
+/// it is whether it scales a model's Deployment.
+fn keep_scale_target(hpa: &mut HorizontalPodAutoscaler) {
+    forget_managed_fields(hpa);
+    let meta = &mut hpa.metadata;
+    meta.annotations = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    hpa.status = None;
+    if let Some(spec) = hpa.spec.as_mut() {
+        spec.metrics = None;
+        spec.behavior = None;
+    }
+}
+
+/// What of an HPA wakes a model: its scale target (and its coming or going).
+fn scale_target(hpa: &HorizontalPodAutoscaler) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let target = hpa.spec.as_ref().map(|s| &s.scale_target_ref);
+    target.map(|t| (&t.kind, &t.name)).hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Like [`forget_managed_fields`], but keeps the time of the operator's own
