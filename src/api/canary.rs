@@ -258,10 +258,19 @@ pub struct CanaryStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_ref: Option<TrafficRef>,
 
+    /// The canary Deployment the canary runs on, so a renamed
+    /// `spec.canary.targetRef` ends the canary before that Deployment is
+    /// released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_ref: Option<CanaryTargetRef>,
+
     /// The step in effect, from 1; 0 while the canary pods warm up.
     pub step: i32,
 
-    /// The canary's share of the traffic now, in percent.
+    /// The canary's share of the traffic in percent: the current step's
+    /// from the moment its weights are written (the route shows them once
+    /// `stepStartTime` is set), back to the restore weight's once they are
+    /// back.
     pub weight: i32,
 
     /// The two backend weights before the canary, restored at its end.
@@ -272,7 +281,8 @@ pub struct CanaryStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
 
-    /// When the current step's weight was written.
+    /// When the route was first seen showing the current step's weights;
+    /// its pause and its first round of analysis count from then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_start_time: Option<Time>,
 
@@ -280,6 +290,12 @@ pub struct CanaryStatus {
     /// operator's write; its progress is judged against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_generation: Option<i64>,
+
+    /// Since when the canary Deployment has been missing or without an
+    /// available pod, after it warmed: past the progress deadline the
+    /// canary aborts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable_since: Option<Time>,
 
     /// Failed measurements so far.
     #[serde(default)]

@@ -126,18 +126,20 @@ pub fn checks(analysis: &Analysis, subject: &Subject) -> Vec<Check> {
     metrics.chain(webhooks).collect()
 }
 
-/// When the next measurement of the current step is due: at once when the
-/// step has none yet, else one interval after the last.
+/// When the next measurement of the current step is due: one interval
+/// after the last, the first one interval after the step's weights were
+/// seen, so that every round measures the step's own traffic (a query's
+/// range reaches back before it is asked).
 pub fn next_due(analysis: &Analysis, canary: &CanaryStatus) -> Option<i64> {
     let started = canary.step_start_time.as_ref()?.0.as_second();
-    let interval = interval(analysis).as_secs() as i64;
+    let interval = (interval(analysis).as_secs() as i64).max(1);
     let last = canary
         .analysis
         .iter()
         .filter(|r| r.step == canary.step && r.time.0.as_second() >= started)
         .map(|r| r.time.0.as_second())
         .max();
-    Some(last.map_or(started, |t| t + interval.max(1)))
+    Some(last.unwrap_or(started) + interval)
 }
 
 /// Whether a measurement is due at `now`.

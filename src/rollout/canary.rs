@@ -11,9 +11,18 @@
 //!   writer's, and the canary pauses with `RouteDrift` rather than fight.
 //! - The weight stays 0 until the canary Deployment is available on its
 //!   new template; its progress deadline, or the same time counted by the
-//!   operator from the canary's start, aborts.
+//!   operator from the canary's start, aborts. After that, a canary
+//!   Deployment gone or without an available pod for as long aborts too.
 //! - No data is never a pass: a step ends only on a round of analysis in
-//!   which every check passed (or on a promote).
+//!   which every check passed (or on a promote). A step's first round is
+//!   taken one interval after its weights were seen.
+//! - Weights go back on what the route shows, on the route the status
+//!   names: a step's weight is recorded before it is written, a canary
+//!   whose route or canary Deployment the spec renames ends (and starts
+//!   again) once its weights are back, and that Deployment is not released
+//!   before.
+//! - A promote or abort value acted on once does nothing more, in any
+//!   later canary either.
 
 use std::time::Duration;
 
@@ -76,7 +85,7 @@ impl Step<'_> {
                     desired.normalized.version
                 ))
             } else {
-                None
+                canary.and_then(|new| moved_elsewhere(c, new))
             };
             if let Some(why) = why {
                 let message = format!("canary of {} ended: {why}", c.version);
@@ -113,6 +122,12 @@ impl Step<'_> {
                 if self.old.applied_spec_hash.as_deref() != Some(stable.spec_hash.as_str()) {
                     return Part::None;
                 }
+                if !self.restore_route() {
+                    // The last canary's weights go back first: a canary
+                    // started on them would take them for Git's.
+                    self.look_again(Duration::from_secs(1));
+                    return Part::Hold(Box::new(stable));
+                }
                 self.start_canary(canary.expect("checked above"), desired, &stable);
                 Part::Hold(Box::new(stable))
             }
@@ -126,12 +141,23 @@ impl Step<'_> {
             "trying {version} on Deployment {} (the stable Deployment serves {})",
             canary.target_ref.name, stable.normalized.version
         );
+        // A gate value acted on once does nothing more, in this canary or
+        // a later one: the annotation usually stays on the object.
+        let (promote_handled, abort_handled) = self
+            .status
+            .canary
+            .as_ref()
+            .map(|c| (c.promote_handled.clone(), c.abort_handled.clone()))
+            .unwrap_or_default();
         self.status.canary = Some(CanaryStatus {
             version: version.clone(),
             spec_hash: desired.spec_hash.clone(),
             state: CanaryState::Warming,
             traffic_ref: Some(canary.traffic_ref.clone()),
+            target_ref: Some(canary.target_ref.clone()),
             start_time: Some(self.obs.now.clone()),
+            promote_handled,
+            abort_handled,
             message: message.clone(),
             ..CanaryStatus::default()
         });
@@ -173,7 +199,7 @@ impl Step<'_> {
             if c.state == CanaryState::Warming {
                 return self.warming(&mut c, desired, None, &message);
             }
-            return self.canary_waits(&mut c, reason::CANARY_TARGET_INVALID, message);
+            return self.unavailable(&mut c, desired, message);
         };
         let mut candidate = self.canary_plan(&desired.normalized, canary);
         self.share_snapshot(&mut candidate, stable);
@@ -199,8 +225,47 @@ impl Step<'_> {
             self.warming(&mut c, desired, Some(target), "");
         }
         if c.state != CanaryState::Warming && c.state != CanaryState::Aborted {
+            if let Some(problem) = unavailability(target) {
+                return self.unavailable(&mut c, desired, problem);
+            }
+            if c.unavailable_since.take().is_some() {
+                self.status.canary = Some(c.clone());
+            }
             self.stepping(&mut c, canary);
         }
+    }
+
+    /// A warm canary whose Deployment is gone or serves from no pod: its
+    /// share of the traffic fails meanwhile (and its queries may have no
+    /// data to say so), so it aborts once that lasts longer than the
+    /// progress deadline, counted from when it was first seen.
+    fn unavailable(&mut self, c: &mut CanaryStatus, desired: &Plan, problem: String) {
+        let deadline = desired
+            .normalized
+            .rollout_strategy
+            .progress_deadline_seconds;
+        let now = self.obs.now.0.as_second();
+        let since = c
+            .unavailable_since
+            .get_or_insert_with(|| self.obs.now.clone())
+            .0
+            .as_second();
+        if now - since > i64::from(deadline) {
+            self.status.canary = Some(c.clone());
+            return self.abort_canary(&format!(
+                "{problem} for longer than the progress deadline ({deadline} s)"
+            ));
+        }
+        self.look_again(Duration::from_secs(
+            (since + i64::from(deadline) + 1 - now) as u64,
+        ));
+        self.canary_waits(
+            c,
+            reason::CANARY_TARGET_INVALID,
+            format!(
+                "{problem}; the canary is aborted unless it is available again within {deadline} s"
+            ),
+        );
     }
 
     /// The canary's snapshot is the stable plan's, with the same owners,
@@ -289,6 +354,16 @@ impl Step<'_> {
     fn stepping(&mut self, c: &mut CanaryStatus, canary: &Canary) {
         let traffic = &canary.traffic_ref;
         let namespace = self.obs.resource.namespace.clone();
+        if route_name(self.obs.resource).as_deref() != Some(traffic.http_route.as_str()) {
+            // This decision started the canary on a route other than the
+            // one the shell read for it (the last canary's): the next one
+            // reads this one.
+            c.message = format!("step {} of {}: moving traffic", c.step, canary.steps.len());
+            let message = c.message.clone();
+            self.status.canary = Some(c.clone());
+            self.canary_conditions(reason::CANARY_PROGRESSING, false, &message);
+            return self.look_again(Duration::from_secs(1));
+        }
         let slots = match self.obs.route {
             Some(r) => route::locate(r, traffic, &namespace),
             None => Err(format!("HTTPRoute {} not found", traffic.http_route)),
@@ -315,6 +390,10 @@ impl Step<'_> {
                 self.holding(c, canary);
                 self.look_again(Duration::from_secs(1));
             } else if slots.weights == before {
+                // Recorded before the write: should the canary end before
+                // a decision sees the route move (a crash, an abort, an
+                // edit), the weights still go back.
+                c.weight = step.weight;
                 self.writes.push(Write::PatchRoute {
                     name: traffic.http_route.clone(),
                     patch: route::weight_patch(&slots, traffic, target),
@@ -402,6 +481,7 @@ impl Step<'_> {
             }
         }
         match (pause_over, verdict) {
+            (_, Verdict::Pending) => self.holding(c, canary),
             (Some(true), Verdict::Passed) => self.next_step(c, canary),
             (_, Verdict::Inconclusive(why)) => self.canary_waits(
                 c,
@@ -639,18 +719,14 @@ impl Step<'_> {
     /// Outside a canary: the weights of the last one go back, and the
     /// canary Deployment serves the last successful version.
     pub(super) fn canary_at_rest(&mut self, canary: Option<&Canary>, stable: &Deployment) {
-        self.restore_route();
+        if !self.restore_route() {
+            // A canary in progress, or weights still on their way back:
+            // the canary Deployment serves them until they are.
+            return;
+        }
         let Some(canary) = canary else {
             return;
         };
-        if self
-            .status
-            .canary
-            .as_ref()
-            .is_some_and(|c| !c.state.is_over())
-        {
-            return;
-        }
         let (Some(target), Some(last)) = (
             self.obs.canary_target,
             self.status.last_successful_spec.clone(),
@@ -685,16 +761,34 @@ impl Step<'_> {
         self.restore_route();
     }
 
-    /// Puts back the weights a canary that is over moved.
-    fn restore_route(&mut self) {
+    /// Puts back the weights a canary that is over moved, judged on what
+    /// the route shows. True when no canary is in progress and none of
+    /// its weights are left on the route.
+    fn restore_route(&mut self) -> bool {
         let Some(mut c) = self.status.canary.clone() else {
-            return;
+            return true;
         };
+        if !c.state.is_over() {
+            return false;
+        }
         let (Some(restore), Some(traffic)) = (c.restore_weights, c.traffic_ref.clone()) else {
-            return;
+            return true;
         };
-        if !c.state.is_over() || c.weight == restore.canary {
-            return;
+        if c.weight == restore.canary {
+            // Back already: a later change of the route is Git's.
+            return true;
+        }
+        let pending = self
+            .writes
+            .iter()
+            .any(|w| matches!(w, Write::PatchRoute { name, .. } if *name == traffic.http_route));
+        if pending {
+            return false;
+        }
+        if route_name(self.obs.resource).as_deref() != Some(traffic.http_route.as_str()) {
+            // The shell read another route for this decision.
+            self.look_again(Duration::from_secs(1));
+            return false;
         }
         let namespace = self.obs.resource.namespace.clone();
         let slots = self
@@ -705,22 +799,44 @@ impl Step<'_> {
             // No route, or not this shape any more: nothing of ours is left.
             c.weight = restore.canary;
             self.status.canary = Some(c);
-            return;
+            return true;
         };
         let ours = route::step_weights(c.weight);
         if slots.weights == restore {
             c.weight = restore.canary;
             self.status.canary = Some(c);
+            true
         } else if slots.weights == ours || c.step_start_time.is_none() {
+            // With no step start recorded, a write of the step may or may
+            // not have landed; the weights shown are ours either way.
             self.writes.push(Write::PatchRoute {
                 name: traffic.http_route.clone(),
                 patch: route::weight_patch(&slots, &traffic, restore),
             });
+            false
         } else {
             // Another writer set other weights: theirs stand.
             c.weight = restore.canary;
             self.status.canary = Some(c);
+            true
         }
+    }
+
+    /// The canary Deployments a release must leave alone: the one the
+    /// spec names, and the one of a canary whose weights are not back
+    /// yet (the route still sends it traffic).
+    pub(super) fn canary_deployments(&self, canary: Option<&Canary>) -> Vec<String> {
+        let mut keep: Vec<String> = canary
+            .map(|c| c.target_ref.name.clone())
+            .into_iter()
+            .collect();
+        if let Some(c) = &self.status.canary
+            && route_moved(c)
+            && let Some(target) = &c.target_ref
+        {
+            keep.push(target.name.clone());
+        }
+        keep
     }
 
     /// Keeps what a canary reads from being tidied away.
@@ -747,9 +863,12 @@ impl Step<'_> {
 
 /// What the latest round of analysis at the current step says.
 enum Verdict {
+    /// No round at this step yet: the first is taken one interval after
+    /// the step's weights were seen, on the step's own traffic.
+    Pending,
     /// Every check of the round passed.
     Passed,
-    /// No round yet, or one with a check that was inconclusive.
+    /// A check of the round was inconclusive.
     Inconclusive(String),
     /// A check failed, within the failures tolerated: measure again.
     Failed,
@@ -763,7 +882,7 @@ fn latest_round(c: &CanaryStatus) -> Verdict {
         .filter(|r| r.step == c.step && started.is_some_and(|s| r.time.0.as_second() >= s))
         .collect();
     let Some(last) = at_step.iter().map(|r| r.time.0.as_second()).max() else {
-        return Verdict::Inconclusive("no measurement at this step yet".into());
+        return Verdict::Pending;
     };
     let round: Vec<&&AnalysisResult> = at_step
         .iter()
@@ -829,8 +948,17 @@ pub fn canary_target_name(resource: &ResourceView) -> Option<String> {
     Some(name.to_owned())
 }
 
-/// The HTTPRoute a canary moves (or last moved) traffic on, if any.
+/// The HTTPRoute a canary moves (or last moved) traffic on, if any: the
+/// one the status names while a canary runs or its weights are not back,
+/// so they go back on the route they were written to whatever the spec
+/// names now.
 pub fn route_name(resource: &ResourceView) -> Option<String> {
+    if let Some(c) = &resource.status.canary
+        && route_moved(c)
+        && let Some(traffic) = &c.traffic_ref
+    {
+        return Some(traffic.http_route.clone());
+    }
     if let Some(name) = resource
         .spec
         .pointer("/canary/trafficRef/httpRoute")
@@ -840,4 +968,46 @@ pub fn route_name(resource: &ResourceView) -> Option<String> {
     }
     let c = resource.status.canary.as_ref()?;
     Some(c.traffic_ref.as_ref()?.http_route.clone())
+}
+
+/// A canary runs, or weights it wrote may still be on its route.
+fn route_moved(c: &CanaryStatus) -> bool {
+    !c.state.is_over() || c.restore_weights.is_some_and(|r| c.weight != r.canary)
+}
+
+/// Why a running canary cannot go on where it is: `spec.canary` now names
+/// another route, rule, backend or canary Deployment. Its weights go back
+/// on the old route first, and it starts again on the new ones.
+fn moved_elsewhere(c: &CanaryStatus, canary: &Canary) -> Option<String> {
+    if let Some(old) = &c.traffic_ref
+        && *old != canary.traffic_ref
+    {
+        return Some(format!(
+            "spec.canary.trafficRef changed; it starts again once the weights on HTTPRoute {} are back",
+            old.http_route
+        ));
+    }
+    if let Some(old) = &c.target_ref
+        && *old != canary.target_ref
+    {
+        return Some(format!(
+            "spec.canary.targetRef changed from Deployment {} to {}; it starts again there",
+            old.name, canary.target_ref.name
+        ));
+    }
+    None
+}
+
+/// Why a warm canary Deployment serves nothing, if it does not.
+fn unavailability(target: &Deployment) -> Option<String> {
+    let name = target.metadata.name.clone().unwrap_or_default();
+    if progress::wanted_replicas(target) == 0 {
+        return Some(format!("canary Deployment {name} has 0 replicas"));
+    }
+    let available = target
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    (available == 0).then(|| format!("canary Deployment {name} has no available pod"))
 }

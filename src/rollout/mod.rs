@@ -510,7 +510,8 @@ impl<'a> Step<'a> {
         if let canary::Part::Hold(stable) = &part {
             wanted = (**stable).clone();
         }
-        self.release_stale(&wanted, canary.map(|c| c.target_ref.name.as_str()));
+        let canaries = self.canary_deployments(canary);
+        self.release_stale(&wanted, &canaries);
 
         let Some(target) = obs.target else {
             let name = &wanted.deployment.name;
@@ -849,11 +850,10 @@ impl<'a> Step<'a> {
     /// Releases Deployments this resource no longer targets, before
     /// anything new is claimed. ConfigMaps they read are deleted later,
     /// by [`Step::tidy_config_maps`], once nothing reads them.
-    fn release_stale(&mut self, wanted: &Plan, canary: Option<&str>) {
+    fn release_stale(&mut self, wanted: &Plan, canaries: &[String]) {
         for deployment in self.obs.claimed {
-            let name = deployment.metadata.name.as_deref();
-            if name != Some(wanted.deployment.name.as_str()) && (canary.is_none() || name != canary)
-            {
+            let name = deployment.metadata.name.as_deref().unwrap_or_default();
+            if name != wanted.deployment.name && !canaries.iter().any(|c| c == name) {
                 self.release(deployment);
             }
         }

@@ -632,6 +632,23 @@ fn the_cli_promotes_a_step_that_waits_and_aborts_the_next() {
             .await;
         assert_eq!(s.active_version.as_deref(), Some(v1.as_str()));
         trace(&env, "the weights to go back", |s| s.weights == (100, 0)).await;
+
+        // The abort annotation stays on the object; the next version's
+        // canary runs all the same.
+        let v3 = env.version("v3");
+        env.set_spec("svc", json!({"version": v3})).await;
+        let s = env
+            .wait_status("svc", "the next canary to wait at step 1 (or abort)", |s| {
+                s.canary.as_ref().is_some_and(|c| {
+                    c.version == v3
+                        && (c.state == CanaryState::Aborted
+                            || (c.state == CanaryState::Paused && c.step == 1))
+                })
+            })
+            .await;
+        let c = s.canary.unwrap();
+        assert_eq!(c.state, CanaryState::Paused, "{}", c.message);
+        assert_eq!(route_state(&env).await.0, (90, 10));
         env.finish().await;
     });
 }

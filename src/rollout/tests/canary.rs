@@ -289,7 +289,7 @@ fn at_first_step(analysis: Value) -> World {
 fn failed_measurements_abort_past_the_failure_limit() {
     let mut w = at_first_step(error_rate());
     w.measured(Reading::Sample(0.2));
-    w.now += 1;
+    w.now += 10;
     w.reconcile();
     assert_eq!(w.canary_status().failures, 1);
     assert_eq!(w.canary_status().state, CanaryState::Progressing);
@@ -504,8 +504,9 @@ fn a_missing_route_waits_for_a_person_without_moving_anything() {
 #[test]
 fn the_shell_measures_only_when_a_check_is_due() {
     let mut w = at_first_step(error_rate());
-    let now = at(w.now);
-    let checks = analysis_checks(&w.resource, &now);
+    assert!(analysis_checks(&w.resource, &at(w.now)).is_empty());
+    w.now += 10;
+    let checks = analysis_checks(&w.resource, &at(w.now));
     assert_eq!(checks.len(), 1);
     let analysis::Check::Prometheus { query, .. } = &checks[0] else {
         panic!("a Prometheus check")
@@ -523,5 +524,320 @@ fn deleting_the_resource_mid_canary_puts_the_weights_back() {
     w.resource.deleting = true;
     w.reconcile();
     assert_eq!(w.weights(), (100, 0), "the route outlives the resource");
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+}
+
+impl World {
+    /// One pass of the shell's loop and then a crash: the status and the
+    /// writes of one decision land, and nothing decides on what the writes
+    /// returned.
+    fn pass_then_crash(&mut self) {
+        self.writes.clear();
+        let d = self.decide();
+        self.resource.status = d.status;
+        self.events.extend(d.events);
+        for w in d.writes {
+            self.execute(&w);
+            self.writes.push(w);
+        }
+    }
+
+    fn route_named(&self, name: &str) -> &Value {
+        self.route
+            .iter()
+            .chain(&self.other_routes)
+            .find(|r| r["metadata"]["name"] == json!(name))
+            .expect("a route of that name")
+    }
+
+    fn weights_of(&self, name: &str) -> (i64, i64) {
+        let refs = &self.route_named(name)["spec"]["rules"][1]["backendRefs"];
+        (
+            refs[0]["weight"].as_i64().unwrap(),
+            refs[1]["weight"].as_i64().unwrap(),
+        )
+    }
+}
+
+/// v2 warm; the operator moved the route to the first step and crashed
+/// before a decision saw the route move.
+fn crashed_after_the_first_patch() -> World {
+    let mut w = World::canary_ready(
+        json!([{"weight": 10, "pause": "30s"}, {"weight": 50, "pause": "30s"}]),
+        None,
+    );
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.pass_then_crash();
+    assert_eq!(w.weights(), (90, 10));
+    assert_eq!(w.canary_status().step, 1);
+    assert!(w.canary_status().step_start_time.is_none());
+    w
+}
+
+#[test]
+fn a_canary_ended_right_after_its_first_patch_puts_the_weights_back() {
+    for ending in ["abort", "spec edit", "deletion"] {
+        let mut w = crashed_after_the_first_patch();
+        match ending {
+            "abort" => {
+                w.resource
+                    .annotations
+                    .insert(CANARY_ABORT_ANNOTATION.into(), "1".into());
+            }
+            "spec edit" => w.set_version("v3"),
+            _ => w.resource.deleting = true,
+        }
+        w.reconcile();
+        assert_eq!(w.weights(), (100, 0), "{ending}");
+        if ending == "deletion" {
+            continue;
+        }
+        if ending == "abort" {
+            assert_eq!(w.canary_status().state, CanaryState::Aborted);
+            w.set_version("v3");
+            w.reconcile();
+        }
+        assert_eq!(
+            (w.canary_status().version.as_str(), w.canary_status().state),
+            ("v3", CanaryState::Warming),
+            "{ending}"
+        );
+        w.canary_pods_ready();
+        w.reconcile();
+        assert_eq!(w.weights(), (90, 10), "{ending}");
+        assert_eq!(
+            w.canary_status().restore_weights,
+            Some(crate::api::BackendWeights {
+                stable: 100,
+                canary: 0
+            }),
+            "{ending}: the next canary restores what Git says"
+        );
+    }
+}
+
+#[test]
+fn a_canary_deployment_deleted_mid_canary_aborts_after_the_progress_deadline() {
+    let mut w = World::canary_ready(json!([{"weight": 10, "pause": "10m"}]), None);
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+    w.canary = None;
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Paused);
+    assert_eq!(
+        w.condition(STALLED),
+        ("True".into(), reason::CANARY_TARGET_INVALID.into())
+    );
+    w.now += 60;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Paused, "not yet");
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert!(
+        w.canary_status().message.contains("not found"),
+        "{}",
+        w.canary_status().message
+    );
+    assert_eq!(w.weights(), (100, 0));
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+}
+
+#[test]
+fn a_crashing_canary_aborts_after_the_progress_deadline_though_its_queries_say_nothing() {
+    let mut w = at_first_step(error_rate());
+    let crash = |w: &mut World| {
+        let d = w.canary_dep();
+        d["status"]["readyReplicas"] = json!(0);
+        d["status"]["availableReplicas"] = json!(0);
+        d["status"]["unavailableReplicas"] = json!(1);
+    };
+    // Down for 50 s, then back: that outage is forgiven...
+    crash(&mut w);
+    for _ in 0..5 {
+        w.measured(Reading::NoData);
+        w.now += 10;
+        w.reconcile();
+        assert_eq!(w.canary_status().state, CanaryState::Paused);
+        assert_eq!(w.weights(), (90, 10));
+    }
+    w.canary_pods_ready();
+    w.measured(Reading::NoData);
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.canary_status().unavailable_since, None);
+    // ...one that lasts longer than the progress deadline is not.
+    crash(&mut w);
+    for _ in 0..7 {
+        w.measured(Reading::NoData);
+        w.now += 10;
+        w.reconcile();
+        assert_eq!(w.weights(), (90, 10));
+    }
+    w.measured(Reading::NoData);
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert!(
+        w.canary_status().message.contains("no available pod"),
+        "{}",
+        w.canary_status().message
+    );
+    assert_eq!(w.weights(), (100, 0));
+}
+
+#[test]
+fn renaming_the_route_mid_canary_puts_the_old_routes_weights_back_first() {
+    let mut w = at_first_step(error_rate());
+    let mut second = route();
+    second["metadata"]["name"] = json!("svc-2");
+    w.other_routes.push(second);
+    w.resource.spec["canary"]["trafficRef"]["httpRoute"] = json!("svc-2");
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(w.weights_of("svc"), (100, 0), "the old route is restored");
+    assert_eq!(w.weights_of("svc-2"), (100, 0));
+    assert!(
+        w.events.iter().any(|e| e.reason == reason::CANARY_ABORTED
+            && e.message.contains("spec.canary.trafficRef changed")),
+        "{:?}",
+        w.events
+    );
+    // The canary starts again on the route the spec names now.
+    w.reconcile();
+    assert_eq!(w.weights_of("svc-2"), (90, 10));
+    assert_eq!(w.weights_of("svc"), (100, 0));
+    let c = w.canary_status();
+    assert_eq!(c.traffic_ref.as_ref().unwrap().http_route, "svc-2");
+    assert_eq!((c.step, c.state), (1, CanaryState::Progressing));
+}
+
+#[test]
+fn renaming_the_canary_target_mid_canary_keeps_it_until_the_weights_are_back() {
+    let mut w = at_first_step(error_rate());
+    let mut second = deployment("svc-canary-2");
+    second["spec"]["replicas"] = json!(1);
+    w.other_deployments.push(second);
+    w.resource.spec["canary"]["targetRef"]["name"] = json!("svc-canary-2");
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(w.weights(), (100, 0));
+    let restored = w
+        .writes
+        .iter()
+        .position(|x| matches!(x, Write::PatchRoute { .. }))
+        .expect("the weights go back");
+    let released = w
+        .writes
+        .iter()
+        .position(|x| matches!(x, Write::ApplyDeployment { name, release: true, .. } if name == "svc-canary"))
+        .expect("the old canary Deployment is released");
+    assert!(
+        restored < released,
+        "the old canary serves until the route no longer sends it traffic: {:?}",
+        w.writes
+    );
+    let c = w.canary_status();
+    assert_eq!((c.version.as_str(), c.state), ("v2", CanaryState::Warming));
+    let on_second = w
+        .other_deployments
+        .iter()
+        .find(|d| d["metadata"]["name"] == json!("svc-canary-2"))
+        .unwrap();
+    let env = &on_second["spec"]["template"]["spec"]["containers"][0]["env"][0];
+    let read = env["valueFrom"]["configMapKeyRef"]["name"]
+        .as_str()
+        .unwrap();
+    assert_eq!(w.version_in(read).as_deref(), Some("v2"));
+}
+
+#[test]
+fn a_steps_first_round_is_taken_one_interval_after_its_weights_are_seen() {
+    let mut w = World::canary_ready(
+        json!([{"weight": 10, "pause": "5s"}, {"weight": 50, "pause": "5s"}]),
+        Some(error_rate()),
+    );
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+    let seen = w.now;
+    assert!(analysis_checks(&w.resource, &at(seen)).is_empty());
+    assert!(analysis_checks(&w.resource, &at(seen + 9)).is_empty());
+    assert_eq!(analysis_checks(&w.resource, &at(seen + 10)).len(), 1);
+    // The pause is over, but no round has measured this step's traffic.
+    w.measured(Reading::Sample(0.0));
+    w.now += 6;
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+    assert!(w.canary_status().analysis.is_empty());
+    assert_eq!(w.canary_status().state, CanaryState::Progressing);
+    assert_eq!(w.condition(STALLED).0, "False");
+    w.now += 4;
+    w.reconcile();
+    assert_eq!(w.weights(), (50, 50), "a round at 10 % passed");
+    assert_eq!(w.canary_status().analysis.len(), 1);
+}
+
+#[test]
+fn gates_left_in_place_do_nothing_to_later_canaries() {
+    let mut w = World::canary_ready(json!([{"weight": 10}, {"weight": 50}]), None);
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "a-1".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+
+    // The abort stays on the object, as a GitOps tool leaves it.
+    w.set_version("v3");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(
+        (w.canary_status().version.as_str(), w.canary_status().state),
+        ("v3", CanaryState::Paused),
+        "waits for a promote"
+    );
+    assert_eq!(w.weights(), (90, 10));
+    w.resource
+        .annotations
+        .insert(CANARY_PROMOTE_ANNOTATION.into(), "full-1".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Promoting);
+    w.reconcile();
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Promoted);
+    assert_eq!(w.status().active_version.as_deref(), Some("v3"));
+
+    // Both stay; the next canary still runs step by step.
+    w.set_version("v4");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    w.now += 1;
+    w.reconcile();
+    let c = w.canary_status();
+    assert_eq!((c.version.as_str(), c.state), ("v4", CanaryState::Paused));
+    assert_eq!(w.weights(), (90, 10));
+    // A new value is acted on.
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "a-2".into());
+    w.reconcile();
     assert_eq!(w.canary_status().state, CanaryState::Aborted);
 }

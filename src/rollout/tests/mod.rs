@@ -32,6 +32,8 @@ struct World {
     canary: Option<Value>,
     /// The HTTPRoute, when the test has one.
     route: Option<Value>,
+    /// More HTTPRoutes in the namespace.
+    other_routes: Vec<Value>,
     /// What the shell measured before the next decision.
     measurements: Vec<analysis::Measurement>,
     config_maps: Vec<ConfigMap>,
@@ -87,6 +89,7 @@ impl World {
             other_deployments: Vec::new(),
             canary: None,
             route: None,
+            other_routes: Vec::new(),
             measurements: Vec::new(),
             config_maps: Vec::new(),
             replica_sets: Vec::new(),
@@ -109,6 +112,7 @@ impl World {
             .deployment
             .iter()
             .chain(&self.other_deployments)
+            .chain(&self.canary)
             .map(Self::typed)
             .collect();
         let key = self.resource.key();
@@ -127,12 +131,22 @@ impl World {
             .iter()
             .find(|t| t.metadata.name.as_deref() == Some(&name));
         let cms: Vec<&ConfigMap> = self.config_maps.iter().collect();
-        let canary = self.canary.as_ref().map(Self::typed);
+        // As the shell reads them: by the names the resource gives.
+        let canary_name = canary_target_name(&self.resource);
+        let canary_target = all
+            .iter()
+            .find(|d| d.metadata.name.is_some() && d.metadata.name == canary_name);
+        let route_name = route_name(&self.resource);
+        let route = self
+            .route
+            .iter()
+            .chain(&self.other_routes)
+            .find(|r| r["metadata"]["name"].as_str() == route_name.as_deref());
         decide(&Observed {
             resource: &self.resource,
             target,
-            canary_target: canary.as_ref(),
-            route: self.route.as_ref(),
+            canary_target,
+            route,
             measurements: &self.measurements,
             autoscaled: self.autoscaled,
             rivals: &self.rivals,
@@ -216,8 +230,9 @@ impl World {
             Write::PatchRoute { name, patch } => {
                 let route = self
                     .route
-                    .as_mut()
-                    .filter(|r| r["metadata"]["name"] == json!(name))
+                    .iter_mut()
+                    .chain(self.other_routes.iter_mut())
+                    .find(|r| r["metadata"]["name"] == json!(name))
                     .expect("a patch of an existing HTTPRoute");
                 let patch: json_patch::Patch = serde_json::from_value(patch.clone()).unwrap();
                 json_patch::patch(route, &patch).expect("the API server accepts the patch");
