@@ -93,6 +93,11 @@ impl Step<'_> {
                 self.event(EventType::Normal, reason::CANARY_ABORTED, message);
             }
         }
+        if mode == Mode::Forward
+            && let Some(stable) = self.failed_canary_hold(desired)
+        {
+            return Part::Hold(Box::new(stable));
+        }
         let (Some(_), Mode::Forward) = (canary, mode) else {
             return Part::None;
         };
@@ -112,9 +117,6 @@ impl Step<'_> {
             .filter(|c| c.spec_hash == desired.spec_hash);
         match current.map(|c| (c.state, c.aborted_generation)) {
             Some((CanaryState::Promoting | CanaryState::Promoted, _)) => Part::Promote,
-            Some((CanaryState::Aborted, Some(g))) if g == self.generation() => {
-                Part::Hold(Box::new(stable))
-            }
             Some((CanaryState::Aborted, _)) | None => {
                 // A canary starts from a stable target at rest; a change
                 // made while the stable one is itself rolling goes to it
@@ -133,6 +135,26 @@ impl Step<'_> {
             }
             Some(_) => Part::Hold(Box::new(stable)),
         }
+    }
+
+    /// The stable plan to hold when the latest canary was of this very spec
+    /// and failed (aborted by analysis, its deadline, or a person): held
+    /// until a field the operator hashes changes, whatever happens to
+    /// `spec.canary`. The failed-version admission policy and `verify
+    /// --status` let an edit or a removal of `spec.canary` through without
+    /// a retry reason, so neither may be another try.
+    fn failed_canary_hold(&self, desired: &Plan) -> Option<Plan> {
+        let failed = self.status.canary.as_ref().is_some_and(|c| {
+            c.state == CanaryState::Aborted
+                && c.aborted_generation.is_some()
+                && c.spec_hash == desired.spec_hash
+        }) && self.status.failed_spec_hash.as_deref()
+            == Some(desired.spec_hash.as_str());
+        if !failed {
+            return None;
+        }
+        let stable = self.old.last_successful_spec.as_ref()?;
+        Some(self.retained_plan(stable, desired))
     }
 
     fn start_canary(&mut self, canary: &Canary, desired: &Plan, stable: &Plan) {

@@ -568,8 +568,11 @@ impl<'a> Step<'a> {
         }
         match &part {
             canary::Part::Hold(_) => {
-                let canary = canary.expect("a canary holds the stable target");
-                self.run_canary(canary, &desired, target);
+                // Without spec.canary, a hold is that of a failed canary:
+                // nothing runs, the stable target keeps its model.
+                if let Some(canary) = canary {
+                    self.run_canary(canary, &desired, target);
+                }
             }
             canary::Part::Promote | canary::Part::None => {
                 self.evaluate(mode, &desired, &wanted, target);

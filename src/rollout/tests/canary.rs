@@ -245,7 +245,8 @@ fn a_canary_that_never_warms_aborts_with_the_weights_never_moved() {
     w.reconcile();
     assert_eq!(w.canary_status().state, CanaryState::Aborted);
     assert_eq!(w.canary_version().as_deref(), Some("v1"));
-    // ...until it changes.
+    // ...until a field the operator hashes changes.
+    w.resource.spec["replicas"] = json!(3);
     w.resource.generation += 1;
     w.reconcile();
     assert_eq!(w.canary_status().state, CanaryState::Warming);
@@ -840,4 +841,52 @@ fn gates_left_in_place_do_nothing_to_later_canaries() {
         .insert(CANARY_ABORT_ANNOTATION.into(), "a-2".into());
     w.reconcile();
     assert_eq!(w.canary_status().state, CanaryState::Aborted);
+}
+
+#[test]
+fn after_a_failed_canary_only_a_change_the_operator_hashes_tries_again() {
+    // The failed-version admission policy lets an edit of spec.canary, or
+    // its removal, through without a retry reason: neither may roll the
+    // version whose canary failed out to the stable Deployment.
+    let mut w = at_first_step(error_rate());
+    w.measured(Reading::Sample(0.2));
+    w.now += 10;
+    w.reconcile();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    w.measurements.clear();
+    assert_eq!(w.cm_version(), "v1");
+
+    w.resource.spec["canary"]["steps"] = json!([{"weight": 5, "pause": "1m"}]);
+    w.resource.generation += 1;
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(
+        w.canary_status().state,
+        CanaryState::Aborted,
+        "no new canary"
+    );
+    assert_eq!(w.weights(), (100, 0));
+
+    w.resource.spec.as_object_mut().unwrap().remove("canary");
+    w.resource.generation += 1;
+    w.now += 10;
+    let events = w.reconcile();
+    assert_eq!(w.cm_version(), "v1", "the stable Deployment keeps v1");
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+    assert_eq!(
+        super::reasons(&events),
+        [reason::TARGET_RELEASED],
+        "only the canary Deployment is let go"
+    );
+
+    // A change the operator hashes is a retry: with no canary block, v2
+    // goes to the stable Deployment directly.
+    w.resource.spec["replicas"] = json!(3);
+    w.resource.generation += 1;
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+    assert_eq!(w.cm_version(), "v2");
 }
