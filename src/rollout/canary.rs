@@ -770,6 +770,19 @@ impl Step<'_> {
         }
     }
 
+    /// The decision cannot go on to the canary (the spec is invalid, the
+    /// stable target is missing or held by another resource, a rollback
+    /// was refused): a canary in progress ends, and its weights go back
+    /// rather than stay where they are with nothing left to judge them.
+    pub(super) fn end_canary_blocked(&mut self, why: &str) {
+        if let Some(c) = self.status.canary.as_ref().filter(|c| !c.state.is_over()) {
+            let message = format!("canary of {} ended: {why}", c.version);
+            self.end_canary(CanaryState::Aborted, &message);
+            self.event(EventType::Warning, reason::CANARY_ABORTED, message);
+        }
+        self.restore_route();
+    }
+
     /// Deletion: a canary in progress ends, and its weights go back.
     pub(super) fn end_canary_for_deletion(&mut self) {
         if self

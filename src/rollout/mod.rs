@@ -495,7 +495,10 @@ impl<'a> Step<'a> {
         });
         let spec = match crate::api::validate_spec(&obs.resource.spec, facts.as_ref()) {
             Ok(spec) => spec,
-            Err(errors) => return self.invalid(&errors),
+            Err(errors) => {
+                self.end_canary_blocked("the spec is invalid");
+                return self.invalid(&errors);
+            }
         };
         let desired = self.plan(&spec);
         self.status.desired_version = Some(desired.normalized.version.clone());
@@ -503,7 +506,12 @@ impl<'a> Step<'a> {
 
         let (mode, mut wanted) = match self.wanted(&desired) {
             Ok(chosen) => chosen,
-            Err(rejection) => return self.reject_rollback(&rejection),
+            Err(rejection) => {
+                self.end_canary_blocked(
+                    "a rollback to a version that is not retained was asked for",
+                );
+                return self.reject_rollback(&rejection);
+            }
         };
         let canary = spec.canary.as_ref();
         let part = self.canary_part(canary, &desired, mode);
@@ -515,15 +523,15 @@ impl<'a> Step<'a> {
 
         let Some(target) = obs.target else {
             let name = &wanted.deployment.name;
-            return self.blocked(
-                reason::TARGET_NOT_FOUND,
-                format!(
-                    "Deployment {name} not found in namespace {}",
-                    obs.resource.namespace
-                ),
+            let message = format!(
+                "Deployment {name} not found in namespace {}",
+                obs.resource.namespace
             );
+            self.end_canary_blocked(&message);
+            return self.blocked(reason::TARGET_NOT_FOUND, message);
         };
         if let Some((why, message)) = self.target_problem(target, &wanted) {
+            self.end_canary_blocked(&message);
             return self.blocked(why, message);
         }
         self.fit_to_target(&mut wanted, target);

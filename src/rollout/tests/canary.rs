@@ -890,3 +890,40 @@ fn after_a_failed_canary_only_a_change_the_operator_hashes_tries_again() {
     assert_eq!(w.status().phase, Some(Phase::RollingOut));
     assert_eq!(w.cm_version(), "v2");
 }
+
+#[test]
+fn a_canary_the_decision_cannot_reach_ends_and_its_weights_go_back() {
+    // Each of these returns before the canary's own steps: an invalid
+    // spec, a refused rollback, a missing stable target, a conflict.
+    let cases: Vec<(&str, fn(&mut World))> = vec![
+        ("an invalid spec", |w| {
+            w.resource.spec["tier"] = json!("Enormous");
+            w.resource.generation += 1;
+        }),
+        ("a refused rollback", |w| w.annotate_rollback(Some("v0"))),
+        ("a missing stable target", |w| w.deployment = None),
+        ("a conflict", |w| {
+            w.rivals.push(Rival {
+                key: "ns/older".into(),
+                created: Some(at(-100)),
+            });
+            w.dep()["metadata"]["annotations"] = json!({MODEL_RESOURCE_ANNOTATION: "ns/older"});
+        }),
+    ];
+    for (what, break_it) in cases {
+        let mut w = at_first_step(error_rate());
+        break_it(&mut w);
+        w.now += 10;
+        w.reconcile();
+        assert_eq!(w.weights(), (100, 0), "{what}: the weights go back");
+        assert_eq!(
+            w.canary_status().state,
+            CanaryState::Aborted,
+            "{what}: the canary ends"
+        );
+        assert!(w.reasons().contains(&reason::CANARY_ABORTED), "{what}");
+        w.now += 10;
+        w.reconcile();
+        assert_eq!(w.route_writes(), 0, "{what}: and stays at rest");
+    }
+}
