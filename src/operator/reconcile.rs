@@ -664,7 +664,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         Some(name) => deployment_named(ctx, fresh, namespace, &name).await?,
         None => None,
     };
-    let route = match rollout::route_name(view) {
+    let route = match rollout::route_to_read(view) {
         None => None,
         Some(name) => match fresh.routes.get(&name) {
             Some(r) => r.clone(),

@@ -1005,6 +1005,21 @@ pub fn route_name(resource: &ResourceView) -> Option<String> {
     Some(c.traffic_ref.as_ref()?.http_route.clone())
 }
 
+/// The HTTPRoute a decision about `resource` looks at now, if any: while a
+/// canary runs or weights it wrote may still be on the route, and on the
+/// first decision about a new generation of the spec (a canary may start,
+/// and judges the route's weights first). At rest nothing reads it, so a
+/// resync of a resource with a canary block sends no request.
+pub fn route_to_read(resource: &ResourceView) -> Option<String> {
+    let moved = resource.status.canary.as_ref().is_some_and(route_moved);
+    let undecided = resource.status.observed_generation != Some(resource.generation);
+    if moved || undecided {
+        route_name(resource)
+    } else {
+        None
+    }
+}
+
 /// A canary runs, or weights it wrote may still be on its route.
 fn route_moved(c: &CanaryStatus) -> bool {
     !c.state.is_over() || c.restore_weights.is_some_and(|r| c.weight != r.canary)

@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
-pub use canary::{analysis_checks, canary_target_name, route_name};
+pub use canary::{analysis_checks, canary_target_name, route_name, route_to_read};
 pub use resource::{ResourceView, config_map_names, is_rival, target_name, target_name_of};
 
 use crate::api::names::{

@@ -927,3 +927,41 @@ fn a_canary_the_decision_cannot_reach_ends_and_its_weights_go_back() {
         assert_eq!(w.route_writes(), 0, "{what}: and stays at rest");
     }
 }
+
+#[test]
+fn the_route_is_read_only_while_a_decision_can_need_it() {
+    let mut w = World::canary_ready(json!([{"weight": 10, "pause": "10s"}]), None);
+    assert_eq!(
+        route_to_read(&w.resource),
+        None,
+        "at rest, before any canary"
+    );
+    w.set_version("v2");
+    assert_eq!(
+        route_to_read(&w.resource).as_deref(),
+        Some("svc"),
+        "a new spec may start a canary"
+    );
+    w.reconcile();
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+    assert_eq!(
+        route_to_read(&w.resource).as_deref(),
+        Some("svc"),
+        "mid canary"
+    );
+    for _ in 0..5 {
+        w.now += 15;
+        w.reconcile();
+        w.pods_ready();
+    }
+    assert_eq!(w.canary_status().state, CanaryState::Promoted);
+    assert_eq!(w.weights(), (100, 0));
+    assert_eq!(
+        route_to_read(&w.resource),
+        None,
+        "promoted, weights back: a resync reads nothing"
+    );
+}

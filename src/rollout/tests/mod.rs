@@ -136,7 +136,8 @@ impl World {
         let canary_target = all
             .iter()
             .find(|d| d.metadata.name.is_some() && d.metadata.name == canary_name);
-        let route_name = route_name(&self.resource);
+        // What the shell reads: nothing at rest.
+        let route_name = route_to_read(&self.resource);
         let route = self
             .route
             .iter()
