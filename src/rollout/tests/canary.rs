@@ -895,7 +895,8 @@ fn after_a_failed_canary_only_a_change_the_operator_hashes_tries_again() {
 fn a_canary_the_decision_cannot_reach_ends_and_its_weights_go_back() {
     // Each of these returns before the canary's own steps: an invalid
     // spec, a refused rollback, a missing stable target, a conflict.
-    let cases: Vec<(&str, fn(&mut World))> = vec![
+    type BreakIt = fn(&mut World);
+    let cases: Vec<(&str, BreakIt)> = vec![
         ("an invalid spec", |w| {
             w.resource.spec["tier"] = json!("Enormous");
             w.resource.generation += 1;
