@@ -454,7 +454,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     let mut last_writes = String::new();
     // A canary's checks, when due, run once, before the decisions that
     // judge them.
-    let checks = rollout::analysis_checks(&current.view(), &now());
+    let checks = rollout::analysis_checks(&current.view(), &ctx.settings, &now());
     let measurements = if checks.is_empty() {
         Vec::new()
     } else {
@@ -464,7 +464,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        let decision = decide(&view, &world, &measurements, ctx.settings, now.clone());
+        let decision = decide(&view, &world, &measurements, &ctx.settings, now.clone());
         if !decision.writes.is_empty() && !live {
             // The resource itself is read live too: a lagging model cache
             // hands out an older spec and status, and a decision on them
@@ -549,7 +549,7 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
     for _ in 0..MAX_PASSES {
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        let decision = decide(&view, &world, &[], ctx.settings, now.clone());
+        let decision = decide(&view, &world, &[], &ctx.settings, now.clone());
         record_events(ctx, obj, &decision).await;
         if decision.finished {
             remove_finalizer(api, obj).await?;
@@ -605,7 +605,7 @@ fn decide(
     view: &ResourceView,
     world: &World,
     measurements: &[rollout::analysis::Measurement],
-    settings: Settings,
+    settings: &Settings,
     now: Time,
 ) -> Decision {
     let claimed: Vec<&Deployment> = world.claimed.iter().collect();
@@ -621,7 +621,7 @@ fn decide(
         claimed: &claimed,
         config_maps: &config_maps,
         snapshot_uses: &world.snapshot_uses,
-        settings,
+        settings: settings.clone(),
         now,
     })
 }
