@@ -210,6 +210,41 @@ fn watch_namespaces_renders_the_namespaced_overlay() {
     );
 }
 
+/// The commented `--analysis-allow` patch of `deploy/operator`, as an
+/// overlay of it, in a temporary folder.
+fn analysis_allow_overlay() -> tempfile::TempDir {
+    let text = std::fs::read_to_string(root().join("deploy/operator/kustomization.yaml")).unwrap();
+    let patch: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "# patches:")
+        .map_while(|l| l.strip_prefix("# "))
+        .collect();
+    assert!(
+        patch.len() > 1,
+        "deploy/operator/kustomization.yaml shows the --analysis-allow patch"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // kustomize takes no absolute path to a base: climb from the overlay.
+    let here = std::fs::canonicalize(dir.path()).unwrap();
+    let base = std::fs::canonicalize(root().join("deploy/operator")).unwrap();
+    let up = "../".repeat(here.components().count() - 1);
+    let base = format!("{up}{}", base.strip_prefix("/").unwrap().display());
+    let overlay = format!("resources:\n  - {base}\n{}\n", patch.join("\n"));
+    std::fs::write(dir.path().join("kustomization.yaml"), overlay).unwrap();
+    dir
+}
+
+#[test]
+fn analysis_allow_renders_the_documented_kustomize_patch() {
+    let overlay = analysis_allow_overlay();
+    assert_same_objects(
+        objects(&template(&[
+            "analysisAllow={http://prometheus.monitoring:9090}",
+        ])),
+        kustomize_objects(overlay.path().to_str().unwrap()),
+    );
+}
+
 #[test]
 fn the_monitoring_values_render_the_objects_of_deploy_monitoring() {
     let install = objects(&template(&[]));
@@ -305,6 +340,15 @@ fn bad_values_are_refused_before_anything_renders() {
         (
             "extraArgs={--leader-elect-resource-name=other}",
             "extraArgs may not set --leader-elect-resource-name",
+        ),
+        (
+            "extraArgs={--analysis-allow=http://p:9090}",
+            "extraArgs may not set --analysis-allow",
+        ),
+        ("analysisAllow={prometheus:9090}", "/analysisAllow/0"),
+        (
+            "analysisAllow={http://user:pass@prometheus:9090}",
+            "/analysisAllow/0",
         ),
         (
             "metrics.prometheusRule.enabled=true",

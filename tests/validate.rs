@@ -555,6 +555,51 @@ fn canary_durations_and_addresses_are_checked() {
 }
 
 #[test]
+fn a_webhook_timeout_is_at_most_thirty_seconds() {
+    let webhook = |timeout: &str| {
+        with_canary(
+            "analysis",
+            json!({"webhooks": [{"name": "w", "url": "http://w", "timeout": timeout}]}),
+        )
+    };
+    for allowed in ["30s", "29s1000ms", "500ms", "0s"] {
+        assert!(
+            validate(&model(webhook(allowed)), None).is_ok(),
+            "{allowed}"
+        );
+    }
+    for refused in ["31s", "30s1ms", "1m", "1h", "999999999h"] {
+        rejects(
+            webhook(refused),
+            "spec.canary.analysis.webhooks[0].timeout",
+            &["at most 30s"],
+        );
+    }
+}
+
+#[test]
+fn a_bad_endpoint_is_named_without_its_credentials_or_query() {
+    for (address, shown) in [
+        ("alice:hunter2@prometheus:9090", "***@prometheus:9090"),
+        ("prometheus:9090/?key=s3cr3t", "prometheus:9090/?***"),
+    ] {
+        let errors = errors(with_canary(
+            "analysis",
+            json!({"metrics": [{"name": "m", "thresholdRange": {"max": 1},
+                                 "prometheus": {"address": address, "query": "up"}}],
+                   "webhooks": [{"name": "w", "url": address}]}),
+        ));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        for e in &errors {
+            assert!(e.message.contains(shown), "{e}");
+            for secret in ["alice", "hunter2", "key", "s3cr3t"] {
+                assert!(!e.message.contains(secret), "{e}");
+            }
+        }
+    }
+}
+
+#[test]
 fn canary_cross_field_rules_name_their_field() {
     rejects(
         with_canary("trafficRef.canaryBackend", json!("svc")),

@@ -212,6 +212,11 @@ pub struct ThresholdRange {
 /// A webhook check.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": rules::WEBHOOK_TIMEOUT_RULE,
+    "message": rules::WEBHOOK_TIMEOUT_MESSAGE,
+    "fieldPath": ".timeout",
+}]))]
 pub struct Webhook {
     /// A name for reports.
     #[schemars(
@@ -224,10 +229,10 @@ pub struct Webhook {
     #[schemars(regex(pattern = rules::HTTP_URL_PATTERN), length(max = 2048))]
     pub url: String,
 
-    /// How long to wait for the answer, as `10s`. Default `10s`; no
-    /// answer in time counts as no data.
+    /// How long to wait for the answer, as `10s`: at most `30s`. Default
+    /// `10s`; no answer in time counts as no data.
     #[serde(default = "default_webhook_timeout")]
-    #[schemars(regex(pattern = rules::DURATION_PATTERN))]
+    #[schemars(regex(pattern = rules::DURATION_PATTERN), length(max = 32))]
     pub timeout: String,
 }
 

@@ -3,6 +3,7 @@
 
 mod canary;
 mod crd;
+pub mod endpoints;
 pub mod names;
 pub mod rules;
 mod types;

@@ -35,6 +35,18 @@ pub const REPLICAS_MAX: i64 = 1000;
 /// `m` or `h`, e.g. `30s`, `5m`, `1h30m`.
 pub const DURATION_PATTERN: &str = r"^([0-9]{1,9}(ms|s|m|h))+$";
 
+/// The longest a webhook may take to answer. Checks are awaited by the
+/// reconcile that asked for them, so this bounds how long one resource's
+/// webhook can keep a worker from every other resource.
+pub const WEBHOOK_TIMEOUT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The CEL rule (and its message) that keeps a webhook's `timeout` within
+/// [`WEBHOOK_TIMEOUT_MAX`].
+pub const WEBHOOK_TIMEOUT_RULE: &str =
+    "!has(self.timeout) || duration(self.timeout) <= duration('30s')";
+/// Message of [`WEBHOOK_TIMEOUT_RULE`].
+pub const WEBHOOK_TIMEOUT_MESSAGE: &str = "timeout must be at most 30s";
+
 /// An `http://` or `https://` URL with a host.
 pub const HTTP_URL_PATTERN: &str = r"^https?://[^\s/?#]+([/?#]\S*)?$";
 

@@ -19,7 +19,7 @@ use std::sync::{Mutex, OnceLock};
 
 use serde_json::{Map, Value};
 
-use super::{OpenMedModelSpec, openapi_schema, rules};
+use super::{OpenMedModelSpec, endpoints, openapi_schema, rules};
 
 /// One problem with a resource: the field and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,7 +279,16 @@ fn check_string(s: &str, schema: &Value, path: &str, errors: &mut Vec<FieldError
         && !rules::regex(pattern).is_match(s)
     {
         let field = path.rsplit('.').next().unwrap_or(path);
-        errors.push(error(path, format!("{s:?} is not valid: {}", hint(field))));
+        // An endpoint may carry credentials or a token: the message goes
+        // into status and Events.
+        let shown = match field {
+            "address" | "url" => format!("{:?}", endpoints::redact(s)),
+            _ => format!("{s:?}"),
+        };
+        errors.push(error(
+            path,
+            format!("{shown} is not valid: {}", hint(field)),
+        ));
     }
 }
 

@@ -323,6 +323,14 @@ struct RunArgs {
     #[arg(long)]
     require_target_label: bool,
 
+    /// Let canary analysis call endpoints under this URL prefix: the same
+    /// scheme, host and port, and a path that starts with the prefix's,
+    /// segment by segment (e.g. http://prometheus.monitoring:9090). Repeat
+    /// for several. Without any, no Prometheus query or webhook is sent: a
+    /// canary with analysis holds with reason AnalysisEndpointNotAllowed.
+    #[arg(long = "analysis-allow", value_name = "PREFIX")]
+    analysis_allow: Vec<crate::api::endpoints::AllowedPrefix>,
+
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -601,6 +609,7 @@ fn run_operator(args: RunArgs) -> u8 {
         concurrency: args.concurrency,
         settings: crate::rollout::Settings {
             require_target_label: args.require_target_label,
+            analysis_allow: crate::api::endpoints::AllowList::new(args.analysis_allow),
         },
         leader_election: args.leader_elect.then(|| crate::operator::LeaderElection {
             name: args.leader_elect_resource_name.clone(),

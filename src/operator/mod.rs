@@ -169,6 +169,13 @@ pub async fn run(options: Options) -> Result<(), Box<dyn std::error::Error>> {
         namespaces = ?options.namespaces,
         resync = ?options.resync,
         require_target_label = options.settings.require_target_label,
+        analysis_allow = ?options
+            .settings
+            .analysis_allow
+            .prefixes()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
         leader_elect = options.leader_election.is_some(),
         "openmed-op operator starting"
     );
@@ -431,7 +438,7 @@ async fn run_scope(
         config_maps,
         autoscalers,
         replica_sets,
-        settings: options.settings,
+        settings: options.settings.clone(),
         resync: options.resync,
         metrics,
         recorder,

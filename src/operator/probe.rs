@@ -2,44 +2,76 @@
 //! the Prometheus HTTP API, and webhook POSTs. Every problem becomes a
 //! reading (`Failed`), never an error of the reconcile: `decide` treats it
 //! as no data, which holds the step.
+//!
+//! The checks come from a namespace's users but run with the operator's
+//! network position, inside a reconcile that every resource's worker pool
+//! shares. So the client sends exactly the URL the core allowed and
+//! follows no redirect (a redirect would lead anywhere), every check is
+//! bounded in time, `measure` as a whole never outlasts [`MEASURE_DEADLINE`],
+//! and no message carries an address's credentials or query.
 
 use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::Value;
+use url::Url;
 
+use crate::api::endpoints::redact;
+use crate::api::rules::WEBHOOK_TIMEOUT_MAX;
 use crate::rollout::analysis::{Check, Measurement, Reading};
 
 /// How long a Prometheus query may take.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest `measure` takes, whatever the checks ask: the reconcile
+/// that asked waits for it, and holds a worker all the while.
+pub const MEASURE_DEADLINE: Duration = WEBHOOK_TIMEOUT_MAX;
 
 /// The HTTP client for checks.
 #[derive(Clone)]
 pub struct Prober {
     client: reqwest::Client,
+    deadline: Duration,
 }
 
 impl Prober {
-    /// A client with the platform's trust roots and short timeouts.
+    /// A client with the platform's trust roots, short timeouts, no
+    /// redirects, and [`MEASURE_DEADLINE`].
     pub fn new() -> Self {
+        Self::with_deadline(MEASURE_DEADLINE)
+    }
+
+    /// [`Prober::new`] with another bound on `measure` (shorter, in tests).
+    pub fn with_deadline(deadline: Duration) -> Self {
         // kube and this client share the process-wide rustls provider.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("openmed-operator/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("an HTTP client with the default settings builds");
-        Prober { client }
+        Prober { client, deadline }
     }
 
-    /// Runs every check at once and returns their readings in order.
+    /// Runs every check at once and returns their readings in order; each
+    /// check has at most the deadline, so the whole does too.
     pub async fn measure(&self, checks: &[Check]) -> Vec<Measurement> {
         join_all(checks.iter().map(|check| async move {
-            let reading = match check {
-                Check::Prometheus { address, query, .. } => self.query(address, query).await,
-                Check::Webhook {
-                    url, timeout, body, ..
-                } => self.post(url, *timeout, body).await,
+            let bound = match check {
+                Check::Prometheus { .. } => QUERY_TIMEOUT,
+                Check::Webhook { timeout, .. } => *timeout,
+            }
+            .min(self.deadline);
+            let asked = async {
+                match check {
+                    Check::Prometheus { url, query, .. } => self.query(url, query).await,
+                    Check::Webhook { url, body, .. } => self.post(url, body).await,
+                }
+            };
+            let reading = match tokio::time::timeout(bound, asked).await {
+                Ok(reading) => reading,
+                Err(_) => Reading::Failed(format!("no answer within {bound:?}")),
             };
             Measurement {
                 name: check.name().to_owned(),
@@ -49,40 +81,45 @@ impl Prober {
         .await
     }
 
-    async fn query(&self, address: &str, query: &str) -> Reading {
-        let url = format!("{}/api/v1/query", address.trim_end_matches('/'));
+    async fn query(&self, url: &Url, query: &str) -> Reading {
+        let shown = redact(url.as_str());
         let sent = self
             .client
-            .get(&url)
+            .get(url.clone())
             .query(&[("query", query)])
-            .timeout(QUERY_TIMEOUT)
             .send()
             .await;
         let answer = match sent {
             Ok(answer) => answer,
-            Err(e) => return Reading::Failed(format!("Prometheus at {address}: {e}")),
+            Err(e) => return Reading::Failed(format!("Prometheus at {shown}: {}", failure(e))),
         };
         let status = answer.status();
         match answer.json::<Value>().await {
             Ok(body) => prometheus_reading(&body),
-            Err(_) => Reading::Failed(format!("Prometheus at {address} answered {status}")),
+            Err(_) => Reading::Failed(format!("Prometheus at {shown} answered {status}")),
         }
     }
 
-    async fn post(&self, url: &str, timeout: Duration, body: &Value) -> Reading {
-        match self
-            .client
-            .post(url)
-            .json(body)
-            .timeout(timeout)
-            .send()
-            .await
-        {
+    async fn post(&self, url: &Url, body: &Value) -> Reading {
+        match self.client.post(url.clone()).json(body).send().await {
             Ok(answer) => Reading::Answer(answer.status().as_u16()),
-            Err(e) if e.is_timeout() => Reading::Failed(format!("no answer within {timeout:?}")),
-            Err(e) => Reading::Failed(e.to_string()),
+            Err(e) => Reading::Failed(failure(e)),
         }
     }
+}
+
+/// What went wrong with a request, without its URL (which may carry
+/// credentials or a token), with the causes that say why.
+fn failure(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 impl Default for Prober {
@@ -135,6 +172,173 @@ pub fn prometheus_reading(body: &Value) -> Reading {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    use hyper::{Response, StatusCode};
+    use hyper_util::rt::TokioIo;
+
+    /// An HTTP server on 127.0.0.1 that gives every request `answer`
+    /// and counts them.
+    async fn serve(
+        answer: impl Fn() -> Response<Full<Bytes>> + Clone + Send + Sync + 'static,
+    ) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (answer, counter) = (answer.clone(), counter.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |_| {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        let response = answer();
+                        async move { Ok::<_, Infallible>(response) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    fn redirect(status: StatusCode, to: String) -> Response<Full<Bytes>> {
+        Response::builder()
+            .status(status)
+            .header("location", to)
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    }
+
+    fn url(text: &str) -> Url {
+        Url::parse(text).unwrap()
+    }
+
+    #[tokio::test]
+    async fn redirects_are_not_followed() {
+        let (target, reached) = serve(|| {
+            Response::new(Full::new(Bytes::from(
+                r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"0"]}]}}"#,
+            )))
+        })
+        .await;
+        let (redirector, asked) =
+            serve(move || redirect(StatusCode::FOUND, format!("http://{target}/api/v1/query")))
+                .await;
+        let checks = [
+            Check::Prometheus {
+                name: "error-rate".into(),
+                url: url(&format!("http://{redirector}/api/v1/query")),
+                query: "up".into(),
+            },
+            Check::Webhook {
+                name: "smoke".into(),
+                url: url(&format!("http://{redirector}/hook")),
+                timeout: Duration::from_secs(10),
+                body: json!({}),
+            },
+        ];
+        let readings = Prober::new().measure(&checks).await;
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        assert_eq!(reached.load(Ordering::SeqCst), 0, "{readings:?}");
+        assert_eq!(
+            readings[0].reading,
+            Reading::Failed(format!(
+                "Prometheus at http://{redirector}/api/v1/query answered 302 Found"
+            ))
+        );
+        assert_eq!(readings[1].reading, Reading::Answer(302));
+    }
+
+    #[tokio::test]
+    async fn a_silent_webhook_holds_measure_no_longer_than_its_deadline() {
+        // Accepts connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let (prometheus, _) = serve(|| {
+            Response::new(Full::new(Bytes::from(
+                r#"{"status":"success","data":{"resultType":"scalar","result":[1,"0.5"]}}"#,
+            )))
+        })
+        .await;
+        let checks = [
+            Check::Webhook {
+                name: "slow".into(),
+                url: url(&format!("http://{silent}/hook")),
+                // Far beyond any cap: measure's own deadline still holds.
+                timeout: Duration::from_secs(24 * 3600),
+                body: json!({}),
+            },
+            Check::Prometheus {
+                name: "error-rate".into(),
+                url: url(&format!("http://{prometheus}/api/v1/query")),
+                query: "up".into(),
+            },
+        ];
+        let prober = Prober::with_deadline(Duration::from_millis(300));
+        // A guard against hanging the test run, not a measurement: the
+        // webhook alone would hold measure for a day.
+        let readings = tokio::time::timeout(Duration::from_secs(120), prober.measure(&checks))
+            .await
+            .expect("measure returned within its deadline");
+        assert_eq!(
+            readings[0].reading,
+            Reading::Failed("no answer within 300ms".into())
+        );
+        assert_eq!(
+            readings[1].reading,
+            Reading::Sample(0.5),
+            "the other checks' readings are kept"
+        );
+    }
+
+    #[tokio::test]
+    async fn failures_never_show_an_address_query_or_credentials() {
+        // A port nothing listens on.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let checks = [
+            Check::Prometheus {
+                name: "error-rate".into(),
+                url: url(&format!(
+                    "http://alice:hunter2@{closed}/api/v1/query?key=s3cr3t"
+                )),
+                query: "up".into(),
+            },
+            Check::Webhook {
+                name: "smoke".into(),
+                url: url(&format!("http://alice:hunter2@{closed}/hook?key=s3cr3t")),
+                timeout: Duration::from_secs(10),
+                body: json!({}),
+            },
+        ];
+        for m in Prober::new().measure(&checks).await {
+            let Reading::Failed(why) = &m.reading else {
+                panic!("{m:?}")
+            };
+            for secret in ["alice", "hunter2", "key", "s3cr3t"] {
+                assert!(!why.contains(secret), "{secret} in {why:?}");
+            }
+        }
+    }
 
     fn vector(samples: &[&str]) -> Value {
         let result: Vec<Value> = samples

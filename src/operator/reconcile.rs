@@ -455,7 +455,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     let mut last_writes = String::new();
     // A canary's checks, when due, run once, before the decisions that
     // judge them.
-    let checks = rollout::analysis_checks(&current.view(), &now());
+    let checks = rollout::analysis_checks(&current.view(), &ctx.settings, &now());
     let measurements = if checks.is_empty() {
         Vec::new()
     } else {
@@ -465,7 +465,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        let decision = decide(&view, &world, &measurements, ctx.settings, now.clone());
+        let decision = decide(&view, &world, &measurements, &ctx.settings, now.clone());
         if !decision.writes.is_empty() && !live {
             // The resource itself is read live too: a lagging model cache
             // hands out an older spec and status, and a decision on them
@@ -551,7 +551,7 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        let decision = decide(&view, &world, &[], ctx.settings, now.clone());
+        let decision = decide(&view, &world, &[], &ctx.settings, now.clone());
         record_events(ctx, &current, &decision).await;
         if decision.finished {
             remove_finalizer(api, &current).await?;
@@ -615,7 +615,7 @@ fn decide(
     view: &ResourceView,
     world: &World,
     measurements: &[rollout::analysis::Measurement],
-    settings: Settings,
+    settings: &Settings,
     now: Time,
 ) -> Decision {
     let claimed: Vec<&Deployment> = world.claimed.iter().collect();
@@ -631,7 +631,7 @@ fn decide(
         claimed: &claimed,
         config_maps: &config_maps,
         snapshot_uses: &world.snapshot_uses,
-        settings,
+        settings: settings.clone(),
         now,
     })
 }

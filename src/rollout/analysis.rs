@@ -10,18 +10,21 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
+use url::Url;
 
+use crate::api::endpoints::{AllowList, redact};
 use crate::api::{Analysis, CanaryStatus, Metric, Outcome, TrafficRef, rules};
 
-/// One check the shell is to run now.
+/// One check the shell is to run now, at an endpoint the allow list
+/// allowed: the shell sends exactly this URL.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Check {
-    /// A PromQL instant query at `address` (`GET /api/v1/query`).
+    /// A PromQL instant query: `GET url?query=...`.
     Prometheus {
         /// The metric's name.
         name: String,
-        /// Base URL of the Prometheus API.
-        address: String,
+        /// The Prometheus address's `/api/v1/query`.
+        url: Url,
         /// The query, placeholders filled in.
         query: String,
     },
@@ -30,8 +33,9 @@ pub enum Check {
         /// The webhook's name.
         name: String,
         /// Where to POST.
-        url: String,
-        /// How long to wait for the answer.
+        url: Url,
+        /// How long to wait for the answer, at most
+        /// [`rules::WEBHOOK_TIMEOUT_MAX`].
         timeout: Duration,
         /// The canary's state.
         body: Value,
@@ -100,13 +104,57 @@ pub fn fill(query: &str, subject: &Subject) -> String {
         .replace("{{version}}", subject.version)
 }
 
-/// The checks of `analysis` for `subject`.
-pub fn checks(analysis: &Analysis, subject: &Subject) -> Vec<Check> {
-    let metrics = analysis.metrics.iter().map(|m| Check::Prometheus {
-        name: m.name.clone(),
-        address: m.prometheus.address.clone(),
-        query: fill(&m.prometheus.query, subject),
+/// Where a metric's query is sent: its address's `/api/v1/query`.
+fn query_url(address: &str) -> String {
+    format!("{}/api/v1/query", address.trim_end_matches('/'))
+}
+
+/// Every endpoint of `analysis`: (what it is, its address as written, the
+/// URL a check would send to).
+fn endpoints(analysis: &Analysis) -> impl Iterator<Item = (String, &str, String)> {
+    let metrics = analysis.metrics.iter().map(|m| {
+        let address = m.prometheus.address.as_str();
+        (format!("metric {}", m.name), address, query_url(address))
     });
+    let webhooks = analysis
+        .webhooks
+        .iter()
+        .map(|w| (format!("webhook {}", w.name), w.url.as_str(), w.url.clone()));
+    metrics.chain(webhooks)
+}
+
+/// The endpoints of `analysis` that `allow` refuses, each as `metric
+/// error-rate: <address> (why)`, the address redacted.
+pub fn refused(analysis: &Analysis, allow: &AllowList) -> Vec<String> {
+    endpoints(analysis)
+        .filter_map(|(what, address, url)| {
+            let why = allow.check(&url).err()?;
+            Some(format!("{what}: {} ({why})", redact(address)))
+        })
+        .collect()
+}
+
+/// The checks of `analysis` for `subject`; none at all when `allow`
+/// refuses any of its endpoints (see [`refused`]): a round that cannot be
+/// whole cannot pass, so nothing is asked.
+pub fn checks(analysis: &Analysis, subject: &Subject, allow: &AllowList) -> Vec<Check> {
+    let Ok(urls) = endpoints(analysis)
+        .map(|(_, _, url)| allow.check(&url))
+        .collect::<Result<Vec<Url>, _>>()
+    else {
+        return Vec::new();
+    };
+    let mut urls = urls.into_iter();
+    let metrics: Vec<Check> = analysis
+        .metrics
+        .iter()
+        .zip(urls.by_ref())
+        .map(|(m, url)| Check::Prometheus {
+            name: m.name.clone(),
+            url,
+            query: fill(&m.prometheus.query, subject),
+        })
+        .collect();
     let body = json!({
         "resource": subject.resource,
         "version": subject.version,
@@ -117,13 +165,21 @@ pub fn checks(analysis: &Analysis, subject: &Subject) -> Vec<Check> {
         "stableBackend": subject.traffic.stable_backend,
         "canaryBackend": subject.traffic.canary_backend,
     });
-    let webhooks = analysis.webhooks.iter().map(|w| Check::Webhook {
-        name: w.name.clone(),
-        url: w.url.clone(),
-        timeout: rules::parse_duration(&w.timeout).unwrap_or(Duration::from_secs(10)),
-        body: body.clone(),
-    });
-    metrics.chain(webhooks).collect()
+    let webhooks = analysis
+        .webhooks
+        .iter()
+        .zip(urls)
+        .map(|(w, url)| Check::Webhook {
+            name: w.name.clone(),
+            url,
+            // Validation refuses a longer timeout; a resource admitted before
+            // that rule is held to it too.
+            timeout: rules::parse_duration(&w.timeout)
+                .unwrap_or(Duration::from_secs(10))
+                .min(rules::WEBHOOK_TIMEOUT_MAX),
+            body: body.clone(),
+        });
+    metrics.into_iter().chain(webhooks).collect()
 }
 
 /// When the next measurement of the current step is due: one interval

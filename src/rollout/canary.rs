@@ -35,7 +35,7 @@ use super::analysis::{self, Check, Subject};
 use super::conditions::{DEGRADED, PROGRESSING, READY, RECONCILING, ROLLED_BACK, STALLED};
 use super::progress::{self, Progress};
 use super::route::{self, Slots};
-use super::{EventType, Mode, Plan, Step, Write, name_of, reason, template_config_map};
+use super::{EventType, Mode, Plan, Settings, Step, Write, name_of, reason, template_config_map};
 use crate::api::names::{
     CANARY_ABORT_ANNOTATION, CANARY_PAUSE_ANNOTATION, CANARY_PROMOTE_ANNOTATION,
 };
@@ -484,6 +484,14 @@ impl Step<'_> {
         let verdict = match &canary.analysis {
             None => Verdict::Passed,
             Some(analysis) => {
+                let refused = analysis::refused(analysis, &self.obs.settings.analysis_allow);
+                if !refused.is_empty() {
+                    return self.canary_waits(
+                        c,
+                        reason::ANALYSIS_ENDPOINT_NOT_ALLOWED,
+                        not_allowed_message(c.step, &refused),
+                    );
+                }
                 if analysis::due(analysis, c, &self.obs.now) && !self.obs.measurements.is_empty() {
                     self.record_round(c, canary);
                     if c.state == CanaryState::Aborted {
@@ -940,9 +948,18 @@ fn latest_round(c: &CanaryStatus) -> Verdict {
     }
 }
 
-/// The checks due for `resource` at `now`, empty when none are: the shell
-/// runs them and hands the readings to `decide`.
-pub fn analysis_checks(resource: &ResourceView, now: &Time) -> Vec<Check> {
+/// Why a step holds on endpoints the operator may not call.
+fn not_allowed_message(step: i32, refused: &[String]) -> String {
+    format!(
+        "step {step} holds: analysis endpoints the operator does not allow, so nothing is sent: {}. An administrator allows them with `openmed-op run --analysis-allow PREFIX`; or abort the canary",
+        refused.join("; ")
+    )
+}
+
+/// The checks due for `resource` at `now`, empty when none are or when
+/// `settings` does not allow every endpoint: the shell runs them and hands
+/// the readings to `decide`.
+pub fn analysis_checks(resource: &ResourceView, settings: &Settings, now: &Time) -> Vec<Check> {
     let Ok(spec) = serde_json::from_value::<OpenMedModelSpec>(resource.spec.clone()) else {
         return Vec::new();
     };
@@ -974,7 +991,7 @@ pub fn analysis_checks(resource: &ResourceView, now: &Time) -> Vec<Check> {
         step: c.step,
         weight: c.weight,
     };
-    analysis::checks(analysis, &subject)
+    analysis::checks(analysis, &subject, &settings.analysis_allow)
 }
 
 /// The canary Deployment `spec.canary` names, if any.

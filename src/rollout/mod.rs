@@ -43,10 +43,13 @@ use conditions::{DEGRADED, PROGRESSING, READY, RECONCILING, ROLLED_BACK, STALLED
 use progress::Progress;
 
 /// Switches that change policy, set on the operator's command line.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Settings {
     /// Act only on Deployments labelled `openmed.ai/managed=true`.
     pub require_target_label: bool,
+    /// The analysis endpoints the operator may call (`--analysis-allow`);
+    /// empty: none.
+    pub analysis_allow: crate::api::endpoints::AllowList,
 }
 
 /// Another OpenMedModel that names the same target Deployment.
@@ -307,6 +310,9 @@ pub mod reason {
     pub const ANALYSIS_INCONCLUSIVE: &str = "AnalysisInconclusive";
     /// A deletion waits until no pod can read the model ConfigMaps.
     pub const DELETION_WAITING: &str = "DeletionWaiting";
+    /// An analysis endpoint is not one `--analysis-allow` allows: nothing
+    /// is asked, and the step holds.
+    pub const ANALYSIS_ENDPOINT_NOT_ALLOWED: &str = "AnalysisEndpointNotAllowed";
     /// A reconcile succeeded after [`RETRYING_AFTER_ERROR`], on a path
     /// that sets no other `Reconciling` reason.
     pub const ERROR_RESOLVED: &str = "ErrorResolved";
@@ -332,7 +338,8 @@ pub fn action(event_reason: &str) -> &'static str {
         | ROUTE_INVALID
         | ROUTE_DRIFT
         | ANALYSIS_FAILED
-        | ANALYSIS_INCONCLUSIVE => "Canary",
+        | ANALYSIS_INCONCLUSIVE
+        | ANALYSIS_ENDPOINT_NOT_ALLOWED => "Canary",
         DRIFT_CORRECTED => "RestoreOwnedFields",
         TARGET_RELEASED => "Release",
         _ => "Reconcile",

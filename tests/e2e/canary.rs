@@ -43,6 +43,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             an_empty_query_result_pauses_until_there_is_data,
         ),
         trial(
+            "canary::an_analysis_endpoint_not_allowed_is_never_asked",
+            an_analysis_endpoint_not_allowed_is_never_asked,
+        ),
+        trial(
             "canary::a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered",
             a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered,
         ),
@@ -191,10 +195,15 @@ fn canary_block(steps: &str, analysis: &str) -> String {
 
 /// The namespace with the stable and canary Deployments, the route, and
 /// the model Ready at `v1` with the canary block; returns the operator's
-/// environment.
-async fn stage(prefix: &str, steps: &str, analysis: &str) -> (Env, String) {
+/// environment. The operator may call the analysis endpoints under
+/// `allow` (`--analysis-allow`), and no others.
+async fn stage(prefix: &str, steps: &str, analysis: &str, allow: &[&str]) -> (Env, String) {
     gateway_api();
-    let env = Env::new(prefix).await;
+    let args: Vec<&str> = allow
+        .iter()
+        .flat_map(|prefix| ["--analysis-allow", prefix])
+        .collect();
+    let env = Env::with_operator_args(prefix, &args).await;
     env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
         .await;
     env.apply(&deployment_yaml("svc-canary", "openmed-service", "boot"))
@@ -213,6 +222,7 @@ fn steps_then_promotes_and_the_route_ends_as_in_git() {
             "canary",
             "[{weight: 10, pause: 3s}, {weight: 50, pause: 3s}]",
             "",
+            &[],
         )
         .await;
         let stable_before = env.deployment("svc").await["metadata"]["generation"].clone();
@@ -286,7 +296,7 @@ fn steps_then_promotes_and_the_route_ends_as_in_git() {
 
 fn a_version_that_never_warms_aborts_with_the_weights_never_moved() {
     block_on(async {
-        let (env, v1) = stage("canary-cold", "[{weight: 10, pause: 3s}]", "").await;
+        let (env, v1) = stage("canary-cold", "[{weight: 10, pause: 3s}]", "", &[]).await;
         let bad = env.version("bad");
         mark_unready(&env.client, &[&bad]).await;
         let stable = env.deployment("svc").await;
@@ -468,6 +478,7 @@ fn a_failing_prometheus_query_aborts_after_the_failure_limit() {
             "canary-fail",
             "[{weight: 10, pause: 2s}, {weight: 50, pause: 2s}]",
             &analysis,
+            &[&prometheus.address],
         )
         .await;
         env.set_spec("svc", json!({"version": env.version("v2")}))
@@ -508,6 +519,7 @@ fn an_empty_query_result_pauses_until_there_is_data() {
             "canary-nodata",
             "[{weight: 10, pause: 1s}, {weight: 50, pause: 1s}]",
             &analysis,
+            &[&prometheus.address],
         )
         .await;
         env.set_spec("svc", json!({"version": env.version("v2")}))
@@ -538,9 +550,85 @@ fn an_empty_query_result_pauses_until_there_is_data() {
     });
 }
 
+/// A webhook on loopback that answers 200 and counts what it is asked.
+async fn counting_webhook() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = asked.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |_: Request<hyper::body::Incoming>| {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async move { Ok::<_, Infallible>(Response::new(Full::new(Bytes::new()))) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (address, asked)
+}
+
+fn an_analysis_endpoint_not_allowed_is_never_asked() {
+    block_on(async {
+        let (webhook, asked) = counting_webhook().await;
+        let analysis = format!(
+            "    analysis:
+      interval: 1s
+      webhooks:
+      - name: smoke
+        url: {webhook}/hook?key=s3cr3t
+"
+        );
+        // The webhook's host and port, but another path.
+        let (env, _) = stage(
+            "canary-refused",
+            "[{weight: 10, pause: 1s}]",
+            &analysis,
+            &[&format!("{webhook}/other")],
+        )
+        .await;
+        env.set_spec("svc", json!({"version": env.version("v2")}))
+            .await;
+        let s = env
+            .wait_status("svc", "the step to hold on the refused webhook", |s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Stalled" && c.reason == "AnalysisEndpointNotAllowed")
+            })
+            .await;
+        let c = s.canary.unwrap();
+        assert_eq!((c.state, c.step, c.failures), (CanaryState::Paused, 1, 0));
+        assert!(c.analysis.is_empty(), "{:?}", c.analysis);
+        assert!(
+            c.message
+                .contains(&format!("webhook smoke: {webhook}/hook?***")),
+            "{}",
+            c.message
+        );
+        assert_eq!(route_state(&env).await.0, (90, 10), "the step holds");
+        env.wait_event("svc", "AnalysisEndpointNotAllowed").await;
+        let events = env.events("svc").await;
+        assert!(
+            events.iter().all(|(_, note, _)| !note.contains("s3cr3t")),
+            "{events:?}"
+        );
+        assert_eq!(
+            asked.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "nothing was sent"
+        );
+        env.finish().await;
+    });
+}
+
 fn a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered() {
     block_on(async {
-        let (env, _) = stage("canary-drift", "[{weight: 10, pause: 10m}]", "").await;
+        let (env, _) = stage("canary-drift", "[{weight: 10, pause: 10m}]", "", &[]).await;
         env.set_spec("svc", json!({"version": env.version("v2")}))
             .await;
         trace(&env, "the first step", |s| {
@@ -588,7 +676,7 @@ fn cli(env: &Env, args: &[&str]) -> std::process::Output {
 
 fn the_cli_promotes_a_step_that_waits_and_aborts_the_next() {
     block_on(async {
-        let (env, v1) = stage("canary-cli", "[{weight: 10}, {weight: 50}]", "").await;
+        let (env, v1) = stage("canary-cli", "[{weight: 10}, {weight: 50}]", "", &[]).await;
         // Nothing to act on before a canary.
         let out = cli(&env, &["canary", "promote", "svc"]);
         assert_eq!(out.status.code(), Some(1));

@@ -319,6 +319,30 @@ fn the_server_and_validate_accept_and_reject_the_same_objects() {
             false,
         ),
         (
+            "canary webhook timeout at the cap",
+            with(
+                &["canary", "analysis"],
+                json!({"webhooks": [{"name": "smoke", "url": "http://w", "timeout": "30s"}]}),
+            ),
+            true,
+        ),
+        (
+            "canary webhook timeout over the cap",
+            with(
+                &["canary", "analysis"],
+                json!({"webhooks": [{"name": "smoke", "url": "http://w", "timeout": "30s1ms"}]}),
+            ),
+            false,
+        ),
+        (
+            "canary webhook timeout of hours",
+            with(
+                &["canary", "analysis"],
+                json!({"webhooks": [{"name": "smoke", "url": "http://w", "timeout": "999999999h"}]}),
+            ),
+            false,
+        ),
+        (
             "canary Prometheus address without a scheme",
             with(
                 &["canary", "analysis"],

@@ -2,6 +2,7 @@
 //! by hand like the stable one, and an HTTPRoute that takes JSON Patches.
 
 use super::*;
+use crate::api::endpoints::AllowList;
 use crate::api::names::{
     CANARY_ABORT_ANNOTATION, CANARY_PAUSE_ANNOTATION, CANARY_PROMOTE_ANNOTATION,
 };
@@ -44,11 +45,18 @@ fn error_rate() -> Value {
                        "query": "errors{service=\"{{canary}}\"}"}}]})
 }
 
+/// The allow list of these `--analysis-allow` prefixes.
+fn allow(prefixes: &[&str]) -> AllowList {
+    AllowList::new(prefixes.iter().map(|p| p.parse().unwrap()).collect())
+}
+
 impl World {
     /// v1 Ready on the stable Deployment, with a canary Deployment and a
-    /// route at rest, and the canary block in the spec.
+    /// route at rest, and the canary block in the spec; the operator
+    /// allows the tests' analysis endpoints.
     fn canary_ready(steps: Value, analysis: Option<Value>) -> World {
         let mut w = World::new(canary_spec("v1", steps, analysis));
+        w.settings.analysis_allow = allow(&["http://prometheus:9090", "http://smoke"]);
         let mut canary = deployment("svc-canary");
         canary["spec"]["replicas"] = json!(1);
         w.canary = Some(canary);
@@ -505,9 +513,9 @@ fn a_missing_route_waits_for_a_person_without_moving_anything() {
 #[test]
 fn the_shell_measures_only_when_a_check_is_due() {
     let mut w = at_first_step(error_rate());
-    assert!(analysis_checks(&w.resource, &at(w.now)).is_empty());
+    assert!(analysis_checks(&w.resource, &w.settings, &at(w.now)).is_empty());
     w.now += 10;
-    let checks = analysis_checks(&w.resource, &at(w.now));
+    let checks = analysis_checks(&w.resource, &w.settings, &at(w.now));
     assert_eq!(checks.len(), 1);
     let analysis::Check::Prometheus { query, .. } = &checks[0] else {
         panic!("a Prometheus check")
@@ -515,8 +523,11 @@ fn the_shell_measures_only_when_a_check_is_due() {
     assert_eq!(query, "errors{service=\"svc-canary\"}");
     w.measured(Reading::Sample(0.0));
     w.reconcile();
-    assert!(analysis_checks(&w.resource, &at(w.now)).is_empty());
-    assert_eq!(analysis_checks(&w.resource, &at(w.now + 10)).len(), 1);
+    assert!(analysis_checks(&w.resource, &w.settings, &at(w.now)).is_empty());
+    assert_eq!(
+        analysis_checks(&w.resource, &w.settings, &at(w.now + 10)).len(),
+        1
+    );
 }
 
 #[test]
@@ -770,9 +781,12 @@ fn a_steps_first_round_is_taken_one_interval_after_its_weights_are_seen() {
     w.reconcile();
     assert_eq!(w.weights(), (90, 10));
     let seen = w.now;
-    assert!(analysis_checks(&w.resource, &at(seen)).is_empty());
-    assert!(analysis_checks(&w.resource, &at(seen + 9)).is_empty());
-    assert_eq!(analysis_checks(&w.resource, &at(seen + 10)).len(), 1);
+    assert!(analysis_checks(&w.resource, &w.settings, &at(seen)).is_empty());
+    assert!(analysis_checks(&w.resource, &w.settings, &at(seen + 9)).is_empty());
+    assert_eq!(
+        analysis_checks(&w.resource, &w.settings, &at(seen + 10)).len(),
+        1
+    );
     // The pause is over, but no round has measured this step's traffic.
     w.measured(Reading::Sample(0.0));
     w.now += 6;
@@ -930,6 +944,88 @@ fn a_canary_the_decision_cannot_reach_ends_and_its_weights_go_back() {
 }
 
 #[test]
+fn analysis_endpoints_not_allowed_are_never_asked_and_hold_the_step() {
+    let mut w = at_first_step(error_rate());
+    // The operator runs without --analysis-allow.
+    w.settings = Settings::default();
+    for _ in 0..3 {
+        assert!(
+            analysis_checks(&w.resource, &w.settings, &at(w.now)).is_empty(),
+            "no request is sent"
+        );
+        w.now += 11;
+        w.reconcile();
+        assert_eq!(w.canary_status().state, CanaryState::Paused);
+        assert_eq!(
+            w.condition(STALLED),
+            ("True".into(), reason::ANALYSIS_ENDPOINT_NOT_ALLOWED.into())
+        );
+        assert_eq!(w.weights(), (90, 10), "past the pause, still held");
+        assert_eq!(w.canary_status().failures, 0);
+        assert!(w.canary_status().analysis.is_empty(), "nothing measured");
+    }
+    let message = &w.canary_status().message;
+    assert!(
+        message.contains("metric error-rate: http://prometheus:9090/")
+            && message.contains("--analysis-allow"),
+        "{message}"
+    );
+    assert_eq!(
+        w.reasons()
+            .iter()
+            .filter(|r| **r == reason::ANALYSIS_ENDPOINT_NOT_ALLOWED)
+            .count(),
+        1,
+        "one event when the step starts to hold: {:?}",
+        w.reasons()
+    );
+    // A prefix that only looks like the address allows nothing.
+    w.settings.analysis_allow = allow(&["http://prometheus:909", "http://prometheus:9090/x"]);
+    assert!(analysis_checks(&w.resource, &w.settings, &at(w.now)).is_empty());
+    // Allowed (the operator restarted with the flag): asked, and on.
+    w.settings.analysis_allow = allow(&["http://prometheus:9090"]);
+    let checks = analysis_checks(&w.resource, &w.settings, &at(w.now));
+    let [analysis::Check::Prometheus { url, .. }] = checks.as_slice() else {
+        panic!("one Prometheus check: {checks:?}")
+    };
+    assert_eq!(url.as_str(), "http://prometheus:9090/api/v1/query");
+    w.measured(Reading::Sample(0.001));
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.weights(), (50, 50), "a passing round ends the step");
+}
+
+#[test]
+fn one_refused_endpoint_holds_the_whole_round_and_no_credential_is_shown() {
+    let mut w = at_first_step(json!({"interval": "10s",
+        "metrics": [{"name": "error-rate", "thresholdRange": {"max": 0.01},
+                     "prometheus": {"address": "http://prometheus:9090", "query": "up"}}],
+        "webhooks": [{"name": "smoke",
+                      "url": "http://alice:hunter2@smoke/hook?key=s3cr3t"}]}));
+    assert!(
+        analysis_checks(&w.resource, &w.settings, &at(w.now)).is_empty(),
+        "the allowed metric is not asked either"
+    );
+    w.now += 21;
+    w.reconcile();
+    assert_eq!(
+        w.condition(STALLED),
+        ("True".into(), reason::ANALYSIS_ENDPOINT_NOT_ALLOWED.into())
+    );
+    let message = &w.canary_status().message;
+    assert!(
+        message.contains("webhook smoke: http://***@smoke/hook?*** (credentials"),
+        "{message}"
+    );
+    assert!(!message.contains("metric error-rate"), "{message}");
+    let mut everything = serde_json::to_string(w.status()).unwrap();
+    everything.extend(w.events.iter().map(|e| e.message.clone()));
+    for secret in ["alice", "hunter2", "key", "s3cr3t"] {
+        assert!(!everything.contains(secret), "{secret} in {everything}");
+    }
+}
+
+#[test]
 fn the_route_is_read_only_while_a_decision_can_need_it() {
     let mut w = World::canary_ready(json!([{"weight": 10, "pause": "10s"}]), None);
     assert_eq!(
@@ -965,4 +1061,32 @@ fn the_route_is_read_only_while_a_decision_can_need_it() {
         None,
         "promoted, weights back: a resync reads nothing"
     );
+}
+
+#[test]
+fn a_webhook_timeout_is_never_longer_than_the_cap() {
+    let w = at_first_step(json!({"interval": "10s",
+        "webhooks": [{"name": "smoke", "url": "http://smoke/x", "timeout": "30s"}]}));
+    let mut spec = w.resource.spec.clone();
+    spec["canary"]["analysis"]["webhooks"][0]["timeout"] = json!("1h");
+    let canary: crate::api::Canary = serde_json::from_value(spec["canary"].clone()).unwrap();
+    let traffic = canary.traffic_ref.clone();
+    let subject = analysis::Subject {
+        resource: "ns/svc",
+        namespace: "ns",
+        traffic: &traffic,
+        version: "v2",
+        stable_version: "v1",
+        step: 1,
+        weight: 10,
+    };
+    let checks = analysis::checks(
+        canary.analysis.as_ref().unwrap(),
+        &subject,
+        &w.settings.analysis_allow,
+    );
+    let [analysis::Check::Webhook { timeout, .. }] = checks.as_slice() else {
+        panic!("one webhook: {checks:?}")
+    };
+    assert_eq!(*timeout, crate::api::rules::WEBHOOK_TIMEOUT_MAX);
 }

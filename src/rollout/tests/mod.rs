@@ -154,7 +154,7 @@ impl World {
             claimed: &claimed,
             config_maps: &cms,
             snapshot_uses: &self.replica_sets,
-            settings: self.settings,
+            settings: self.settings.clone(),
             now: at(self.now),
         })
     }
