@@ -379,7 +379,7 @@ fn unreadable_or_malformed_input_exits_2_and_writes_nothing() {
     let out = openmed_op(&["render", "-"], Some(&bomb));
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("repetition limit exceeded"),
+        stderr(&out).contains("possible alias bomb"),
         "{}",
         stderr(&out)
     );

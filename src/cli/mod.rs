@@ -848,9 +848,9 @@ fn render_once(args: &RenderArgs) -> u8 {
                 render::summary_table(&rendered.rows)
             } else if args.canary {
                 match args.output {
-                    Format::Yaml => {
-                        serde_yaml::to_string(&rendered.canaries).expect("reports serialize")
-                    }
+                    Format::Yaml => crate::source::yaml::write::document(
+                        &serde_json::to_value(&rendered.canaries).expect("reports serialize"),
+                    ),
                     Format::Json => {
                         serde_json::to_string_pretty(&rendered.canaries).expect("reports serialize")
                             + "\n"

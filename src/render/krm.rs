@@ -84,7 +84,7 @@ pub fn run(input: &str) -> Result<KrmOutput, String> {
         output["results"] = Value::Array(findings.iter().map(result).collect());
     }
     Ok(KrmOutput {
-        text: serde_yaml::to_string(&output).expect("JSON values serialize to YAML"),
+        text: crate::source::yaml::write::document(&output),
         failed,
     })
 }

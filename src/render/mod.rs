@@ -232,7 +232,7 @@ pub fn to_yaml(documents: &[Value]) -> String {
         if i > 0 {
             out.push_str("---\n");
         }
-        out.push_str(&serde_yaml::to_string(doc).expect("JSON values serialize to YAML"));
+        out.push_str(&crate::source::yaml::write::document(doc));
     }
     out
 }

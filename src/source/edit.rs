@@ -186,10 +186,7 @@ fn scalar_bounds(text: &str, entry: &Entry, style: ScalarStyle) -> (usize, usize
 
 /// Whether `value` reads back as the same string when written plain.
 fn plain_is_safe(value: &str) -> bool {
-    match serde_yaml::to_string(value) {
-        Ok(yaml) => yaml.trim_end() == value,
-        Err(_) => false,
-    }
+    super::yaml::write::is_plain_safe(value)
 }
 
 fn remove(text: &str, located: &Located, edit: &Edit) -> Result<(usize, usize, String), FixError> {

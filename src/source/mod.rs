@@ -7,12 +7,12 @@
 
 pub mod edit;
 mod positions;
+pub mod yaml;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use serde::Deserialize;
 use serde_json::Value;
 
 pub use positions::Positions;
@@ -130,6 +130,14 @@ pub enum ReadError {
         /// The cause.
         source: std::io::Error,
     },
+    /// An input larger than [`MAX_STREAM_BYTES`].
+    #[error("{origin}: larger than {} MiB, the most one input may hold", .limit / (1024 * 1024))]
+    TooLarge {
+        /// The path as given, or `<stdin>`.
+        origin: String,
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// A document is not valid YAML, or not a mapping of string keys.
     #[error("{origin}:{line}: document {document}: not valid YAML: {message}", document = .document + 1)]
     Yaml {
@@ -144,31 +152,125 @@ pub enum ReadError {
     },
 }
 
+/// The most one input (a file, a Git blob, stdin) may hold. Larger input
+/// is refused before it is read, so `render - < /dev/zero` stops at once.
+pub const MAX_STREAM_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The most one document may hold, as the JSON the API server receives:
+/// its default request-body limit (3 MiB), so what passes here can be sent.
+pub const MAX_DOCUMENT_BYTES: usize = 3 * 1024 * 1024;
+
 /// Reads every input in order: a file, a directory (every `*.yaml`/`*.yml`
-/// below it, sorted by path so output is stable), or `-` for stdin.
+/// below it, sorted by path so output is stable), or `-` for stdin. A file
+/// named twice (directly or through a directory) is read once, where it
+/// first appears.
 pub fn read_inputs(inputs: &[PathBuf]) -> Result<Vec<Document>, ReadError> {
     let mut docs = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for input in inputs {
         if input.as_os_str() == "-" {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|source| {
-                ReadError::Io {
-                    path: "<stdin>".into(),
-                    source,
-                }
-            })?;
-            docs.extend(parse_stream("<stdin>", &text)?);
+            let bytes = read_bounded("<stdin>", std::io::stdin().lock())?;
+            docs.extend(parse_bytes("<stdin>", &bytes)?);
             continue;
         }
         for file in yaml_files(input)? {
-            let text = std::fs::read_to_string(&file).map_err(|source| ReadError::Io {
-                path: file.display().to_string(),
-                source,
-            })?;
-            docs.extend(parse_stream(&file.display().to_string(), &text)?);
+            let identity = std::fs::canonicalize(&file).unwrap_or_else(|_| file.clone());
+            if !seen.insert(identity) {
+                continue;
+            }
+            let bytes = read_file(&file)?;
+            docs.extend(parse_bytes(&file.display().to_string(), &bytes)?);
         }
     }
     Ok(docs)
+}
+
+/// A whole file, refused when it is larger than [`MAX_STREAM_BYTES`].
+pub fn read_file(file: &Path) -> Result<Vec<u8>, ReadError> {
+    let origin = file.display().to_string();
+    let opened = std::fs::File::open(file).map_err(|source| ReadError::Io {
+        path: origin.clone(),
+        source,
+    })?;
+    read_bounded(&origin, opened)
+}
+
+/// Reads at most [`MAX_STREAM_BYTES`] and one more, to tell "too large".
+fn read_bounded(origin: &str, reader: impl std::io::Read) -> Result<Vec<u8>, ReadError> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut reader.take(MAX_STREAM_BYTES + 1), &mut bytes).map_err(
+        |source| ReadError::Io {
+            path: origin.to_owned(),
+            source,
+        },
+    )?;
+    if bytes.len() as u64 > MAX_STREAM_BYTES {
+        return Err(ReadError::TooLarge {
+            origin: origin.to_owned(),
+            limit: MAX_STREAM_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// The text of an input, as kubectl decodes a file: a UTF-8 byte-order
+/// mark is dropped, a UTF-16 one (either byte order) decodes the rest as
+/// UTF-16; anything else must be UTF-8.
+pub fn decode_text(origin: &str, bytes: &[u8]) -> Result<String, ReadError> {
+    let not_text = |message: String| ReadError::Yaml {
+        origin: Arc::from(origin),
+        document: 0,
+        line: 1,
+        message,
+    };
+    let utf16 = |big_endian: bool, body: &[u8]| {
+        if !body.len().is_multiple_of(2) {
+            return Err(not_text("UTF-16 text with an odd number of bytes".into()));
+        }
+        let units = body.chunks_exact(2).map(|pair| {
+            let pair = [pair[0], pair[1]];
+            if big_endian {
+                u16::from_be_bytes(pair)
+            } else {
+                u16::from_le_bytes(pair)
+            }
+        });
+        char::decode_utf16(units)
+            .collect::<Result<String, _>>()
+            .map_err(|e| not_text(format!("not valid UTF-16: {e}")))
+    };
+    match bytes {
+        [0xEF, 0xBB, 0xBF, rest @ ..] => utf8(rest).map_err(not_text),
+        [0xFE, 0xFF, rest @ ..] => utf16(true, rest),
+        [0xFF, 0xFE, rest @ ..] => utf16(false, rest),
+        _ => utf8(bytes).map_err(not_text),
+    }
+}
+
+fn utf8(bytes: &[u8]) -> Result<String, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not UTF-8 text (byte {} is not UTF-8); save it as UTF-8",
+            e.valid_up_to()
+        )
+    })?;
+    if text.contains('\0') {
+        return Err(
+            "contains NUL bytes: UTF-16 without a byte-order mark? Save it as UTF-8".into(),
+        );
+    }
+    Ok(text.to_owned())
+}
+
+/// [`decode_text`], then [`parse_stream`].
+pub fn parse_bytes(origin: &str, bytes: &[u8]) -> Result<Vec<Document>, ReadError> {
+    if bytes.len() as u64 > MAX_STREAM_BYTES {
+        return Err(ReadError::TooLarge {
+            origin: origin.to_owned(),
+            limit: MAX_STREAM_BYTES,
+        });
+    }
+    parse_stream(origin, &decode_text(origin, bytes)?)
 }
 
 /// `path` itself if it is a file, else every YAML file below it, sorted.
@@ -205,36 +307,48 @@ pub fn is_yaml_name(path: &Path) -> bool {
     )
 }
 
-/// Parses a multi-document stream. Empty documents are skipped (as kubectl
-/// does) but still counted, so indices match what an editor shows.
-///
-/// Alias expansion is bounded by `serde_yaml`, which refuses a document whose
-/// aliases expand to more than a hundred times its own size ("billion
-/// laughs"), so a hostile file cannot exhaust memory.
+/// Parses a multi-document stream as the API server reads YAML
+/// ([`yaml::read`]). Empty documents are skipped (as kubectl does) but
+/// still counted, so indices match what an editor shows. A document larger
+/// than [`MAX_DOCUMENT_BYTES`] as JSON is refused.
 pub fn parse_stream(origin: &str, text: &str) -> Result<Vec<Document>, ReadError> {
     let origin: Arc<str> = Arc::from(origin);
+    let text = text.strip_prefix('\u{FEFF}').unwrap_or(text);
     let stream = Arc::new(StreamIndex {
         text: Arc::from(text),
         documents: OnceLock::new(),
     });
+    let values = yaml::read::read_stream(text).map_err(|e| ReadError::Yaml {
+        origin: origin.clone(),
+        document: e.document,
+        line: e.line.max(1),
+        message: e.message,
+    })?;
     let mut docs = Vec::new();
-    for (index, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(de).map_err(|e| ReadError::Yaml {
-            origin: origin.clone(),
-            document: index,
-            line: e.location().map_or(1, |l| l.line()),
-            message: strip_location(&e.to_string()),
-        })?;
+    for (index, value) in values.into_iter().enumerate() {
         if value.is_null() {
             continue;
         }
+        let line = || stream.positions(index).map_or(1, |p| p.start_line().max(1));
         if !value.is_object() {
-            let line = stream.positions(index).map_or(1, |p| p.start_line().max(1));
             return Err(ReadError::Yaml {
                 origin: origin.clone(),
                 document: index,
-                line,
+                line: line(),
                 message: "a Kubernetes manifest must be a mapping".into(),
+            });
+        }
+        let size = serde_json::to_vec(&value).map_or(0, |json| json.len());
+        if size > MAX_DOCUMENT_BYTES {
+            return Err(ReadError::Yaml {
+                origin: origin.clone(),
+                document: index,
+                line: line(),
+                message: format!(
+                    "{} as JSON, more than the {} MiB the API server accepts in one request",
+                    human_bytes(size as u64),
+                    MAX_DOCUMENT_BYTES / (1024 * 1024)
+                ),
             });
         }
         docs.push(Document {
@@ -247,11 +361,15 @@ pub fn parse_stream(origin: &str, text: &str) -> Result<Vec<Document>, ReadError
     Ok(docs)
 }
 
-/// serde_yaml appends " at line L column C"; the location is printed separately.
-fn strip_location(message: &str) -> String {
-    match message.find(" at line ") {
-        Some(cut) => message[..cut].to_owned(),
-        None => message.to_owned(),
+/// `3.2 MiB`, `512 KiB`, `12 bytes`.
+pub fn human_bytes(n: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if n >= MIB {
+        format!("{:.1} MiB", n as f64 / MIB as f64)
+    } else if n >= 1024 {
+        format!("{} KiB", n / 1024)
+    } else {
+        format!("{n} bytes")
     }
 }
 
@@ -292,6 +410,6 @@ mod tests {
             ));
         }
         let err = parse_stream("bomb.yaml", &text).unwrap_err();
-        assert!(err.to_string().contains("repetition limit"), "{err}");
+        assert!(err.to_string().contains("alias bomb"), "{err}");
     }
 }

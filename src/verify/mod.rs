@@ -306,25 +306,18 @@ fn unknown(flag: &'static str, spec: &str, e: &git2::Error) -> UsageError {
 /// mentions OpenMedModel: then it is a broken manifest, reported to
 /// `findings` when given (REV), and skipped otherwise (BASE, history).
 fn parse_file(path: &str, bytes: &[u8], findings: Option<&mut Vec<Finding>>) -> Vec<Document> {
-    let mentions_model = contains(bytes, crate::api::KIND.as_bytes());
-    let text = match std::str::from_utf8(bytes) {
-        Ok(text) => text,
+    // Judged as `render` judges a file: decoded the same way (a BOM, UTF-16),
+    // with the same limits.
+    let text = source::decode_text(path, bytes);
+    let mentions_model = match &text {
+        Ok(text) => text.contains(crate::api::KIND),
         Err(_) => {
-            if let (true, Some(findings)) = (mentions_model, findings) {
-                findings.push(Finding::error(
-                    &Location {
-                        origin: Arc::from(path),
-                        document: 0,
-                        line: None,
-                    },
-                    rules::rule::INVALID_YAML,
-                    "the file is not UTF-8 text",
-                ));
-            }
-            return Vec::new();
+            contains(bytes, crate::api::KIND.as_bytes())
+                || contains(bytes, &utf16le(crate::api::KIND))
+                || contains(bytes, &utf16be(crate::api::KIND))
         }
     };
-    match source::parse_stream(path, text) {
+    match source::parse_bytes(path, bytes) {
         Ok(docs) => docs,
         Err(error) => {
             if let (true, Some(findings)) = (mentions_model, findings) {
@@ -335,7 +328,9 @@ fn parse_file(path: &str, bytes: &[u8], findings: Option<&mut Vec<Finding>>) -> 
                         message,
                         ..
                     } => (*document, Some(*line), message.clone()),
-                    ReadError::Io { .. } => (0, None, error.to_string()),
+                    ReadError::Io { .. } | ReadError::TooLarge { .. } => {
+                        (0, None, error.to_string())
+                    }
                 };
                 findings.push(Finding::error(
                     &Location {
@@ -350,6 +345,14 @@ fn parse_file(path: &str, bytes: &[u8], findings: Option<&mut Vec<Finding>>) -> 
             Vec::new()
         }
     }
+}
+
+fn utf16le(text: &str) -> Vec<u8> {
+    text.encode_utf16().flat_map(u16::to_le_bytes).collect()
+}
+
+fn utf16be(text: &str) -> Vec<u8> {
+    text.encode_utf16().flat_map(u16::to_be_bytes).collect()
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

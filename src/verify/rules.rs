@@ -627,7 +627,5 @@ fn quoted_list(values: &[String]) -> String {
 
 /// `value` as a YAML scalar, quoted only when YAML needs it.
 fn yaml_scalar(value: &str) -> String {
-    serde_yaml::to_string(value)
-        .map(|s| s.trim_end().to_owned())
-        .unwrap_or_else(|_| format!("{value:?}"))
+    crate::source::yaml::write::inline_scalar(&serde_json::Value::String(value.to_owned()))
 }

@@ -42,11 +42,8 @@ pub enum StatusError {
 pub fn read(path: &Path, default_namespace: &str) -> Result<ClusterStatus, StatusError> {
     let mut status = ClusterStatus::new();
     for file in files(path)? {
-        let text = std::fs::read_to_string(&file).map_err(|source| source::ReadError::Io {
-            path: file.display().to_string(),
-            source,
-        })?;
-        let docs = source::parse_stream(&file.display().to_string(), &text)?;
+        let bytes = source::read_file(&file)?;
+        let docs = source::parse_bytes(&file.display().to_string(), &bytes)?;
         collect(&docs, default_namespace, &mut status)?;
     }
     Ok(status)
