@@ -80,16 +80,47 @@ impl From<&Location> for LocationJson {
     }
 }
 
+/// Longest quoted value a message shows whole.
+const QUOTE_LIMIT: usize = 120;
+
+/// Longest message, field, resource or fix a finding carries: a hostile
+/// input must not turn into megabytes of stderr or annotations.
+const TEXT_LIMIT: usize = 4096;
+
+/// `value` quoted for a message; a long one is cut, keeping its start and
+/// saying how long it was: `"aaaa…" (52428800 characters)`.
+pub fn quote(value: &str) -> String {
+    let length = value.chars().count();
+    if length <= QUOTE_LIMIT {
+        return format!("{value:?}");
+    }
+    let start: String = value.chars().take(QUOTE_LIMIT).collect();
+    let quoted = format!("{start:?}");
+    format!("{}…\" ({length} characters)", &quoted[..quoted.len() - 1])
+}
+
+/// `text`, cut at [`TEXT_LIMIT`] characters with a note of its length.
+pub fn bounded(text: String) -> String {
+    let length = text.chars().count();
+    if length <= TEXT_LIMIT {
+        return text;
+    }
+    let start: String = text.chars().take(TEXT_LIMIT).collect();
+    format!("{start}… (cut; {length} characters in all)")
+}
+
 impl Finding {
     /// An error at `location`.
     pub fn error(location: &Location, rule: &'static str, message: impl Into<String>) -> Self {
+        let mut location: LocationJson = location.into();
+        location.file = bounded(location.file);
         Finding {
-            location: location.into(),
+            location,
             resource: None,
             rule,
             severity: Severity::Error,
             field: None,
-            message: message.into(),
+            message: bounded(message.into()),
             fix: None,
             edit: None,
         }
@@ -105,19 +136,19 @@ impl Finding {
 
     /// The same finding, about `resource`.
     pub fn resource(mut self, resource: impl Into<String>) -> Self {
-        self.resource = Some(resource.into());
+        self.resource = Some(bounded(resource.into()));
         self
     }
 
     /// The same finding, about `field`.
     pub fn field(mut self, field: impl Into<String>) -> Self {
-        self.field = Some(field.into());
+        self.field = Some(bounded(field.into()));
         self
     }
 
     /// The same finding, with a suggested fix.
     pub fn fix(mut self, fix: impl Into<String>) -> Self {
-        self.fix = Some(fix.into());
+        self.fix = Some(bounded(fix.into()));
         self
     }
 
@@ -148,5 +179,24 @@ impl fmt::Display for Finding {
             write!(f, "\n  fix: {fix}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_cut_and_say_how_long_they_were() {
+        assert_eq!(quote("v1"), "\"v1\"");
+        let long = "a".repeat(50_000);
+        let quoted = quote(&long);
+        assert!(
+            quoted.starts_with(&format!("\"{}", "a".repeat(120))),
+            "{quoted}"
+        );
+        assert!(quoted.ends_with("…\" (50000 characters)"), "{quoted}");
+        let message = bounded("b".repeat(10_000));
+        assert!(message.len() < 4200 && message.ends_with("(cut; 10000 characters in all)"));
     }
 }

@@ -105,6 +105,17 @@ pub fn is_dns_subdomain_with_short_labels(s: &str) -> bool {
     is_dns_subdomain(s) && s.split('.').all(|label| label.len() <= DNS_LABEL_MAX)
 }
 
+/// True when `s` is an RFC 1123 DNS label (at most 63 characters), the rule
+/// for namespace names.
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= DNS_LABEL_MAX
+        && !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
 /// True when `s` is an RFC 1123 DNS subdomain (at most 253 characters).
 pub fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= DNS_SUBDOMAIN_MAX && regex(DNS_SUBDOMAIN_PATTERN).is_match(s)

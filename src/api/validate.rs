@@ -20,6 +20,7 @@ use std::sync::{Mutex, OnceLock};
 use serde_json::{Map, Value};
 
 use super::{OpenMedModelSpec, endpoints, openapi_schema, rules};
+use crate::findings::quote;
 
 /// One problem with a resource: the field and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,12 +55,46 @@ pub fn validate(
         Some(Value::String(name)) if rules::is_dns_subdomain(name) => {}
         Some(Value::String(name)) => errors.push(FieldError {
             path: "metadata.name".into(),
-            message: format!("{name:?} is not a valid name: {}", hint("name")),
+            message: format!("{} is not a valid name: {}", quote(name), hint("name")),
         }),
         _ => errors.push(FieldError {
             path: "metadata.name".into(),
             message: "required field is missing".into(),
         }),
+    }
+    match object.pointer("/metadata/namespace") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(ns)) if rules::is_dns_label(ns) => {}
+        Some(Value::String(ns)) => errors.push(FieldError {
+            path: "metadata.namespace".into(),
+            message: format!(
+                "{} is not a valid namespace name: {}",
+                quote(ns),
+                hint("namespace")
+            ),
+        }),
+        Some(other) => errors.push(FieldError {
+            path: "metadata.namespace".into(),
+            message: format!("must be a string, not {}", describe(other)),
+        }),
+    }
+    if let Some(map) = object.as_object() {
+        // The API server's strict field validation refuses unknown fields at
+        // the top as well as in the spec.
+        for key in map.keys() {
+            if !TOP_LEVEL.contains(&key.as_str()) {
+                let suggestion = closest(key, TOP_LEVEL)
+                    .map(|k| format!("did you mean {k:?}? "))
+                    .unwrap_or_default();
+                errors.push(FieldError {
+                    path: key.clone(),
+                    message: format!(
+                        "unknown field; {suggestion}known fields: {}",
+                        TOP_LEVEL.join(", ")
+                    ),
+                });
+            }
+        }
     }
     match object.get("spec") {
         Some(spec) => match validate_spec(spec, target) {
@@ -74,6 +109,9 @@ pub fn validate(
     }
     Err(errors)
 }
+
+/// The fields an OpenMedModel object has at the top.
+const TOP_LEVEL: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
 
 /// Validates a raw `spec` and returns it typed, with defaults filled in.
 pub fn validate_spec(
@@ -142,6 +180,17 @@ fn check_node(value: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldE
             ));
             return;
         }
+    } else if schema.get("type") == Some(&Value::String("integer".into()))
+        && value.as_f64().is_some_and(|x| x.fract() == 0.0)
+        && !(value.is_i64() || value.is_u64())
+    {
+        // A whole number too large for JSON's integers (1e23): the API
+        // server reads it as a float out of any integer's range.
+        check_number(value.as_f64().unwrap_or_default(), schema, path, errors);
+        if errors.len() == before {
+            errors.push(error(path, format!("{} is out of range", describe(value))));
+        }
+        return;
     } else if let Some(Value::String(ty)) = schema.get("type")
         && !has_type(value, ty)
     {
@@ -282,8 +331,8 @@ fn check_string(s: &str, schema: &Value, path: &str, errors: &mut Vec<FieldError
         // An endpoint may carry credentials or a token: the message goes
         // into status and Events.
         let shown = match field {
-            "address" | "url" => format!("{:?}", endpoints::redact(s)),
-            _ => format!("{s:?}"),
+            "address" | "url" => quote(&endpoints::redact(s)),
+            _ => quote(s),
         };
         errors.push(error(
             path,
@@ -363,7 +412,7 @@ fn describe(value: &Value) -> String {
         Value::Null => "null".into(),
         Value::Bool(b) => format!("{b}"),
         Value::Number(n) => format!("{n}"),
-        Value::String(s) => format!("{s:?}"),
+        Value::String(s) => quote(s),
         Value::Array(_) => "a list".into(),
         Value::Object(_) => "a mapping".into(),
     }
@@ -385,6 +434,9 @@ fn hint(field: &str) -> &'static str {
             "a letter or digit, then letters, digits or . _ : @ / + ~ -, no spaces, at most 253 characters (e.g. OpenMed/pii-v2)"
         }
         "tier" => "one of Tiny, Small, Medium, Base, Large, XLarge, Accurate-XLarge",
+        "namespace" => {
+            "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters"
+        }
         "name" | "manifestConfigMapName" => {
             "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters"
         }

@@ -30,7 +30,8 @@ const AFTER_HELP: &str = "\
 Exit codes (every subcommand):
   0  success
   1  the input is invalid or a rule is violated (explained on stderr)
-  2  usage error, unreadable file, malformed YAML, not a Git repository
+  2  usage error, unreadable or too large input, malformed YAML, not a Git
+     repository, unknown revision, output that cannot be written
 
 Run `openmed-op <command> --help` for each command's options and examples.";
 
@@ -443,7 +444,7 @@ struct RenderArgs {
     canary: bool,
 
     /// Namespace of documents that do not set one, as kubectl assumes.
-    #[arg(short, long, default_value = "default", value_name = "NAMESPACE")]
+    #[arg(short, long, default_value = "default", value_name = "NAMESPACE", value_parser = parse_namespace)]
     namespace: String,
 
     /// Render again whenever an input file changes (not with stdin).
@@ -490,7 +491,7 @@ struct VerifyArgs {
     format: VerifyFormat,
 
     /// Namespace of documents that do not set one, as kubectl assumes.
-    #[arg(short, long, default_value = "default", value_name = "NAMESPACE")]
+    #[arg(short, long, default_value = "default", value_name = "NAMESPACE", value_parser = parse_namespace)]
     namespace: String,
 
     /// Check the files on disk instead of a revision (BASE: the merge base of
@@ -530,6 +531,18 @@ enum Format {
     Json,
 }
 
+/// A namespace name as the API server accepts it: an RFC 1123 label.
+fn parse_namespace(text: &str) -> Result<String, String> {
+    if crate::api::rules::is_dns_label(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{} is not a valid namespace name: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters",
+            crate::findings::quote(text)
+        ))
+    }
+}
+
 /// The name the binary answers to: installed as `kubectl-openmed`, it is
 /// the kubectl plugin and its help says `kubectl openmed`.
 pub fn command() -> clap::Command {
@@ -545,17 +558,24 @@ pub fn command() -> clap::Command {
     }
 }
 
+/// The command line, with `help --help` (and `-h`) read as `help help`:
+/// clap would take the flag for the name of a command and exit 2.
+fn arguments() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.len() == 3 && args[1] == "help" && (args[2] == "--help" || args[2] == "-h") {
+        args[2] = "help".into();
+    }
+    args
+}
+
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
-    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+    let cli = match Cli::from_arg_matches(&command().get_matches_from(arguments())) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
     ExitCode::from(match cli.command {
-        Command::Crd => {
-            print(&crate::api::crd_yaml());
-            EXIT_OK
-        }
+        Command::Crd => exit_after(print(&crate::api::crd_yaml()), EXIT_OK),
         Command::Render(args) if args.watch => {
             let inputs = args.inputs.clone();
             match watch::watch(&inputs, || {
@@ -664,16 +684,19 @@ fn verify_options(args: &VerifyArgs) -> verify::Options {
 fn verify_once(args: &VerifyArgs) -> u8 {
     match verify::verify(&verify_options(args)) {
         Ok(report) => {
-            print(&match args.format {
+            let written = print(&match args.format {
                 VerifyFormat::Text => verify::output::text(&report),
                 VerifyFormat::Json => verify::output::json(&report),
                 VerifyFormat::Github => verify::output::github(&report),
             });
-            if report.has_errors() {
-                EXIT_FINDINGS
-            } else {
-                EXIT_OK
-            }
+            exit_after(
+                written,
+                if report.has_errors() {
+                    EXIT_FINDINGS
+                } else {
+                    EXIT_OK
+                },
+            )
         }
         Err(e) => {
             eprintln!("openmed-op: {e}");
@@ -730,8 +753,10 @@ fn namespace_or_default(client: &kube::Client, namespace: &Option<String>) -> St
         .unwrap_or_else(|| client.default_namespace().to_owned())
 }
 
-/// `verify --fix [--dry-run]`: the diff on stdout, the findings that
-/// remain on stderr, the exit code by those.
+/// `verify --fix [--dry-run]`. With text or github output: the diff on
+/// stdout, the findings that remain on stderr in that format. With json:
+/// one document on stdout (`dryRun`, `written`, `files`, `diff`, `report`).
+/// The exit code is by the findings that remain.
 fn verify_fix(args: &VerifyArgs) -> u8 {
     let options = verify_options(args);
     let root = match work_tree(args, "fix", "fix") {
@@ -745,16 +770,11 @@ fn verify_fix(args: &VerifyArgs) -> u8 {
             return EXIT_USAGE;
         }
     };
-    let fixes = match verify::fixes::plan(&report.findings, &root) {
-        Ok(fixes) => fixes,
-        Err(e) => {
-            eprint!("{}", verify::output::text(&report));
-            eprintln!("openmed-op: cannot fix {e}; nothing was changed");
-            return EXIT_FINDINGS;
-        }
+    let format = |report: &verify::Report| match args.format {
+        VerifyFormat::Text => verify::output::text(report),
+        VerifyFormat::Json => verify::output::json(report),
+        VerifyFormat::Github => verify::output::github(report),
     };
-    let count: usize = fixes.iter().map(|f| f.fixes).sum();
-    print(&verify::fixes::diff(&fixes));
     let exit = |report: &verify::Report| {
         if report.has_errors() {
             EXIT_FINDINGS
@@ -762,36 +782,69 @@ fn verify_fix(args: &VerifyArgs) -> u8 {
             EXIT_OK
         }
     };
-    if fixes.is_empty() {
-        eprint!("{}", verify::output::text(&report));
-        eprintln!("openmed-op: nothing that --fix can change");
-        return exit(&report);
-    }
-    if args.dry_run {
-        eprintln!(
-            "openmed-op: --dry-run: would fix {count} finding(s) in {} file(s); nothing was written",
-            fixes.len()
-        );
-        return exit(&report);
-    }
-    if let Err(e) = verify::fixes::write(&fixes) {
+    let fixes = match verify::fixes::plan(&report.findings, &root) {
+        Ok(fixes) => fixes,
+        Err(e) => {
+            eprint!("{}", format(&report));
+            eprintln!("openmed-op: cannot fix {e}; nothing was changed");
+            return EXIT_FINDINGS;
+        }
+    };
+    let count: usize = fixes.iter().map(|f| f.fixes).sum();
+    let diff = verify::fixes::diff(&fixes);
+    let write = !fixes.is_empty() && !args.dry_run;
+    if write && let Err(e) = verify::fixes::write(&fixes) {
         eprintln!("openmed-op: {e}");
         return EXIT_USAGE;
     }
-    eprintln!(
-        "openmed-op: fixed {count} finding(s) in {} file(s)",
-        fixes.len()
-    );
-    match verify::verify(&options) {
-        Ok(after) => {
-            eprint!("{}", verify::output::text(&after));
-            exit(&after)
+    let after = if write {
+        match verify::verify(&options) {
+            Ok(after) => after,
+            Err(e) => {
+                eprintln!("openmed-op: {e}");
+                return EXIT_USAGE;
+            }
         }
-        Err(e) => {
-            eprintln!("openmed-op: {e}");
-            EXIT_USAGE
-        }
+    } else {
+        report
+    };
+    let summary = if fixes.is_empty() {
+        "nothing that --fix can change".to_owned()
+    } else if args.dry_run {
+        format!(
+            "--dry-run: would fix {count} finding(s) in {} file(s); nothing was written",
+            fixes.len()
+        )
+    } else {
+        format!("fixed {count} finding(s) in {} file(s)", fixes.len())
+    };
+    if let VerifyFormat::Json = args.format {
+        let files: Vec<serde_json::Value> = fixes
+            .iter()
+            .map(|f| serde_json::json!({"file": f.file, "fixes": f.fixes}))
+            .collect();
+        let report: serde_json::Value =
+            serde_json::from_str(&verify::output::json(&after)).expect("the report is JSON");
+        let document = serde_json::json!({
+            "dryRun": args.dry_run,
+            "written": write,
+            "files": files,
+            "diff": diff,
+            "report": report,
+        });
+        let text = serde_json::to_string_pretty(&document).expect("JSON serializes") + "\n";
+        eprintln!("openmed-op: {summary}");
+        return exit_after(print(&text), exit(&after));
     }
+    if let Err(code) = print(&diff) {
+        return code;
+    }
+    // A dry run that found fixes shows the diff alone, as before.
+    if fixes.is_empty() || write {
+        eprint!("{}", format(&after));
+    }
+    eprintln!("openmed-op: {summary}");
+    exit(&after)
 }
 
 fn verify_watch(args: &VerifyArgs) -> u8 {
@@ -819,7 +872,9 @@ fn render_krm() -> u8 {
     }
     match render::krm::run(&input) {
         Ok(output) => {
-            print(&output.text);
+            if let Err(code) = print(&output.text) {
+                return code;
+            }
             if output.failed {
                 eprintln!("openmed-op: the ResourceList has errors; see its results");
                 EXIT_FINDINGS
@@ -844,7 +899,7 @@ fn render_once(args: &RenderArgs) -> u8 {
     };
     match render::render(&docs, &args.namespace, render::MissingTarget::Patch) {
         Ok(rendered) => {
-            print(&if args.summary {
+            let written = print(&if args.summary {
                 render::summary_table(&rendered.rows)
             } else if args.canary {
                 match args.output {
@@ -862,7 +917,7 @@ fn render_once(args: &RenderArgs) -> u8 {
                     Format::Json => render::to_json(&rendered.documents),
                 }
             });
-            EXIT_OK
+            exit_after(written, EXIT_OK)
         }
         Err(findings) => {
             report(&findings);
@@ -885,8 +940,26 @@ fn report(findings: &[Finding]) {
     );
 }
 
-/// Writes the whole output at once; a closed pipe (`| head`) is not an error.
-fn print(text: &str) {
+/// Writes the whole output at once. A closed pipe (`| head`) is not an
+/// error; any other failure (a full disk) is said on stderr and is exit 2,
+/// so a job never takes a truncated file for success.
+fn print(text: &str) -> Result<(), u8> {
+    write_stdout(text.as_bytes())
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<(), u8> {
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => {
+            eprintln!("openmed-op: cannot write to standard output: {e}; the output is incomplete");
+            Err(EXIT_USAGE)
+        }
+    }
+}
+
+/// `code` when the output was written, else the write's exit code.
+fn exit_after(written: Result<(), u8>, code: u8) -> u8 {
+    written.err().unwrap_or(code)
 }

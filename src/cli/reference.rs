@@ -1,7 +1,6 @@
 //! `completions` and `man`: the command line's own reference, generated
 //! from the clap definitions so it cannot drift from what the binary parses.
 
-use std::io::Write;
 use std::path::Path;
 
 use super::{EXIT_OK, EXIT_USAGE};
@@ -13,8 +12,7 @@ pub fn completions(shell: clap_complete::Shell) -> u8 {
     let name = cmd.get_name().to_owned();
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cmd, name, &mut out);
-    super::print(&String::from_utf8_lossy(&out));
-    EXIT_OK
+    super::exit_after(super::write_stdout(&out), EXIT_OK)
 }
 
 /// Prints the top page, or writes every page into `dir`: all pages are
@@ -30,8 +28,7 @@ pub fn man(dir: Option<&Path>) -> u8 {
     };
     let Some(dir) = dir else {
         let (_, top) = &pages[0];
-        let _ = std::io::stdout().write_all(top);
-        return EXIT_OK;
+        return super::exit_after(super::write_stdout(top), EXIT_OK);
     };
     if let Err(e) = std::fs::create_dir_all(dir) {
         eprintln!("openmed-op: {}: {e}", dir.display());

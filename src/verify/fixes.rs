@@ -76,27 +76,64 @@ pub fn diff(fixes: &[FileFix]) -> String {
     out
 }
 
-/// Writes every file, each through a temporary file beside it and a
-/// rename, keeping its permissions.
+/// Writes every file or none: each new text goes first into a temporary
+/// file beside its target (keeping the target's permissions); only when all
+/// of them are written are they renamed over their targets. A failure
+/// before that removes the temporary files and changes nothing.
 pub fn write(fixes: &[FileFix]) -> Result<(), String> {
+    let mut staged: Vec<(PathBuf, &FileFix)> = Vec::new();
     for fix in fixes {
-        let dir = fix.path.parent().unwrap_or(Path::new("."));
-        let name = fix
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temporary = dir.join(format!(".{name}.openmed-op-fix"));
-        let permissions = std::fs::metadata(&fix.path)
-            .map_err(|e| format!("{}: {e}", fix.file))?
-            .permissions();
-        std::fs::write(&temporary, &fix.after)
-            .and_then(|()| std::fs::set_permissions(&temporary, permissions))
-            .and_then(|()| std::fs::rename(&temporary, &fix.path))
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&temporary);
-                format!("{}: cannot write the fix: {e}", fix.file)
-            })?;
+        match stage(fix) {
+            Ok(temporary) => staged.push((temporary, fix)),
+            Err(e) => {
+                for (temporary, _) in &staged {
+                    let _ = std::fs::remove_file(temporary);
+                }
+                return Err(format!("{e}; nothing was changed"));
+            }
+        }
+    }
+    for (i, (temporary, fix)) in staged.iter().enumerate() {
+        if let Err(e) = std::fs::rename(temporary, &fix.path) {
+            for (temporary, _) in &staged[i..] {
+                let _ = std::fs::remove_file(temporary);
+            }
+            let done: Vec<&str> = staged[..i].iter().map(|(_, f)| f.file.as_str()).collect();
+            return Err(format!(
+                "{}: cannot replace it: {e}; {}",
+                fix.file,
+                if done.is_empty() {
+                    "nothing was changed".to_owned()
+                } else {
+                    format!("already fixed: {}", done.join(", "))
+                }
+            ));
+        }
     }
     Ok(())
+}
+
+/// The new text of `fix` in a temporary file beside it. A read-only target
+/// is refused: a rename would replace it all the same.
+fn stage(fix: &FileFix) -> Result<PathBuf, String> {
+    let dir = fix.path.parent().unwrap_or(Path::new("."));
+    let name = fix
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temporary = dir.join(format!(".{name}.openmed-op-fix"));
+    let permissions = std::fs::metadata(&fix.path)
+        .map_err(|e| format!("{}: {e}", fix.file))?
+        .permissions();
+    if permissions.readonly() {
+        return Err(format!("{}: the file is read-only", fix.file));
+    }
+    std::fs::write(&temporary, &fix.after)
+        .and_then(|()| std::fs::set_permissions(&temporary, permissions))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&temporary);
+            format!("{}: cannot write the fix beside it: {e}", fix.file)
+        })?;
+    Ok(temporary)
 }

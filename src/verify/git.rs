@@ -16,12 +16,64 @@ use super::history::{Entry, VersionHistory};
 
 /// Opens the repository at `path` or in a directory above it (bare or not).
 pub fn open(path: &Path) -> Result<Repository, git2::Error> {
+    skip_unreadable_user_config();
     Repository::discover(path)
 }
 
+/// A user configuration file that exists but cannot be read (run as
+/// another user with `HOME=/root`) would make libgit2 refuse to open any
+/// repository. `verify` reads objects and needs nothing from it, so, as
+/// git itself does, it warns and goes on without that file.
+fn skip_unreadable_user_config() {
+    use std::sync::Once;
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let xdg = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".config")));
+        let levels = [
+            (
+                git2::ConfigLevel::Global,
+                home.map(|h| h.join(".gitconfig")),
+            ),
+            (git2::ConfigLevel::XDG, xdg.map(|x| x.join("git/config"))),
+        ];
+        for (level, file) in levels {
+            let Some(file) = file else { continue };
+            match std::fs::metadata(&file) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    eprintln!(
+                        "openmed-op: warning: cannot read {}: {e}; going on without it",
+                        file.display()
+                    );
+                    // SAFETY: libgit2's global options are set once, before
+                    // this process opens any repository or starts threads
+                    // that use libgit2.
+                    let _ = unsafe { git2::opts::set_search_path(level, "") };
+                }
+                _ => {}
+            }
+        }
+    });
+}
+
 /// The commit `spec` names: a commit id, a branch, a tag, `HEAD~2`, ...
+/// A name of a tree or a blob is said in words, not in libgit2's.
 pub fn commit<'r>(repo: &'r Repository, spec: &str) -> Result<Commit<'r>, git2::Error> {
-    repo.revparse_single(spec)?.peel_to_commit()
+    let object = repo.revparse_single(spec)?;
+    let kind = object.kind();
+    object.peel_to_commit().map_err(|e| match kind {
+        Some(kind @ (ObjectType::Tree | ObjectType::Blob)) => git2::Error::new(
+            e.code(),
+            e.class(),
+            format!(
+                "it names a {}, not a commit (a revision is a commit, a branch, a tag or HEAD~N)",
+                kind.str()
+            ),
+        ),
+        _ => e,
+    })
 }
 
 /// The tip of the repository's default branch, when one can be found:

@@ -411,9 +411,12 @@ fn rollback_retained(
     .field(field);
     // The retained version other than the one already asked for is the
     // rollback that can be meant.
+    // A status is input too: a version it names that `validate` refuses is
+    // never suggested.
     let others: Vec<&String> = retained
         .iter()
         .filter(|v| Some(v.as_str()) != facts.version)
+        .filter(|v| invalid_version(facts.doc, v).is_none())
         .collect();
     if let Some(other) = others.first() {
         finding = finding.fix(format!("{ROLLBACK_TO_ANNOTATION}: {}", yaml_scalar(other)));
@@ -492,15 +495,25 @@ fn failed_versions(change: &Change, status: &OpenMedModelStatus, findings: &mut 
         .or(status.last_successful_spec.as_ref())
         .map(|s| s.version.clone())
         .or_else(|| status.active_version.clone());
+    // A status is input too: a restored version `validate` refuses is
+    // reported, never suggested.
+    let refused = restored
+        .as_deref()
+        .and_then(|r| invalid_version(facts.doc, r).map(|why| (r.to_owned(), why)));
+    let restored = restored.filter(|_| refused.is_none());
     let mut finding = Finding::warning(
         &at,
         rule::GIT_BEHIND_ROLLBACK,
-        match &restored {
-            Some(restored) => format!(
+        match (&restored, &refused) {
+            (_, Some((bad, why))) => format!(
+                "{how} and the status says the operator restored {}, which is not a valid spec.version ({why}); no fix is suggested. Check the status file, then set spec.version to the version the cluster serves",
+                crate::findings::quote(bad)
+            ),
+            (Some(restored), None) => format!(
                 "{how} and the operator restored {restored:?}; Git still asks for {version:?}. Set spec.version to {restored:?} (line {}) so Git agrees with the cluster",
                 at.line.unwrap_or(0)
             ),
-            None => format!(
+            (None, None) => format!(
                 "{how} and the operator rolled back; Git still asks for {version:?}. Set spec.version to the version the cluster serves"
             ),
         },
@@ -513,6 +526,21 @@ fn failed_versions(change: &Change, status: &OpenMedModelStatus, findings: &mut 
             .edit(edit(facts.doc, &["spec", "version"], Action::Set(restored)));
     }
     findings.push(finding);
+}
+
+/// Why `validate` refuses `doc` with `spec.version` set to `version`, if
+/// it does for that field.
+fn invalid_version(doc: &Document, version: &str) -> Option<String> {
+    let mut candidate = doc.value.clone();
+    candidate.pointer_mut("/spec")?.as_object_mut()?.insert(
+        "version".into(),
+        serde_json::Value::String(version.to_owned()),
+    );
+    let errors = api::validate(&candidate, None).err()?;
+    errors
+        .into_iter()
+        .find(|e| e.path == "spec.version")
+        .map(|e| e.message)
 }
 
 /// An edit of `doc` at `path`.

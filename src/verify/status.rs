@@ -17,6 +17,25 @@ use crate::source::{self, Document};
 /// A status input that cannot be used (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
+    /// The input holds no document at all.
+    #[error(
+        "--status: {0}: holds no objects; give the output of `kubectl get omm -A -o yaml` (a List, empty when the cluster has no OpenMedModels)"
+    )]
+    Empty(String),
+    /// A document that is neither an OpenMedModel nor a `List` of objects.
+    #[error(
+        "--status: {origin}:{line}: document {document}: {message}; give the output of `kubectl get omm -A -o yaml`"
+    )]
+    NotStatus {
+        /// The file.
+        origin: String,
+        /// 1-based document index.
+        document: usize,
+        /// 1-based line.
+        line: usize,
+        /// What it is instead.
+        message: String,
+    },
     /// A file or directory could not be read, or is not YAML/JSON.
     #[error("--status: {0}")]
     Read(#[from] source::ReadError),
@@ -41,10 +60,15 @@ pub enum StatusError {
 /// Reads a file, or every `*.yaml`, `*.yml` and `*.json` file below a directory.
 pub fn read(path: &Path, default_namespace: &str) -> Result<ClusterStatus, StatusError> {
     let mut status = ClusterStatus::new();
+    let mut documents = 0;
     for file in files(path)? {
         let bytes = source::read_file(&file)?;
         let docs = source::parse_bytes(&file.display().to_string(), &bytes)?;
+        documents += docs.len();
         collect(&docs, default_namespace, &mut status)?;
+    }
+    if documents == 0 {
+        return Err(StatusError::Empty(path.display().to_string()));
     }
     Ok(status)
 }
@@ -62,14 +86,26 @@ pub fn collect(
     status: &mut ClusterStatus,
 ) -> Result<(), StatusError> {
     for doc in docs {
-        let items: Vec<&Value> = if doc.kind() == Some("List") {
-            doc.value
-                .get("items")
-                .and_then(Value::as_array)
-                .map(|items| items.iter().collect())
-                .unwrap_or_default()
-        } else {
-            vec![&doc.value]
+        let not_status = |message: String| StatusError::NotStatus {
+            origin: doc.origin.to_string(),
+            document: doc.index + 1,
+            line: doc.line_of("kind"),
+            message,
+        };
+        let items: Vec<&Value> = match doc.kind() {
+            Some(kind) if kind.ends_with("List") => match doc.value.get("items") {
+                Some(Value::Array(items)) => items.iter().collect(),
+                None | Some(Value::Null) => Vec::new(),
+                Some(_) => return Err(not_status(format!("{kind}.items is not a list"))),
+            },
+            Some(crate::api::KIND) => vec![&doc.value],
+            Some(kind) => {
+                return Err(not_status(format!(
+                    "a {} is neither an OpenMedModel nor a List of them",
+                    crate::findings::quote(kind)
+                )));
+            }
+            None => return Err(not_status("an object without a kind".into())),
         };
         for item in items {
             if item.get("kind").and_then(Value::as_str) != Some(crate::api::KIND) {

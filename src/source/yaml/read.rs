@@ -270,7 +270,8 @@ impl Reader {
                             document,
                             line: key_line,
                             message: format!(
-                                "key {name:?} is set twice{how}, first on line {first}: the API server refuses it (kubectl would keep one of them silently)"
+                                "key {} is set twice{how}, first on line {first}: the API server refuses it (kubectl would keep one of them silently)",
+                                crate::findings::quote(&name)
                             ),
                         });
                     }
@@ -339,7 +340,8 @@ fn merged_entries(value: Value) -> Result<Vec<(String, Value)>, String> {
                 for (k, v) in map {
                     if out.iter().any(|(seen, _)| *seen == k) {
                         return Err(format!(
-                            "key {k:?} comes from two mappings of the merge key `<<`: the API server refuses it"
+                            "key {} comes from two mappings of the merge key `<<`: the API server refuses it",
+                            crate::findings::quote(&k)
                         ));
                     }
                     out.push((k, v));

@@ -51,8 +51,9 @@ pub fn resolve(text: &str, style: Style, tag: Option<&str>) -> Result<Resolved, 
                 ("float", Resolved::UInt(u)) => Ok(Resolved::Float(u as f64)),
                 ("timestamp", Resolved::Str(s)) if looks_like_timestamp(&s) => Ok(Resolved::Str(s)),
                 (want, got) => Err(format!(
-                    "cannot decode !!{} `{text}` as a !!{want}",
-                    kind_name(&got)
+                    "cannot decode !!{} `{}` as a !!{want}",
+                    kind_name(&got),
+                    shorten(text)
                 )),
             }
         }
@@ -60,6 +61,15 @@ pub fn resolve(text: &str, style: Style, tag: Option<&str>) -> Result<Resolved, 
         // scalar and other core tags: go-yaml keeps the text as a string.
         _ => Ok(Resolved::Str(text.to_owned())),
     }
+}
+
+/// A scalar's text for a message, cut when long.
+fn shorten(text: &str) -> String {
+    if text.chars().count() <= 120 {
+        return text.to_owned();
+    }
+    let start: String = text.chars().take(120).collect();
+    format!("{start}… ({} characters)", text.chars().count())
 }
 
 fn kind_name(value: &Resolved) -> &'static str {
