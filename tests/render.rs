@@ -539,3 +539,352 @@ fn a_canary_that_would_not_split_traffic_is_refused_with_its_line() {
     assert!(err.contains("ServiceSelectsBoth"), "{err}");
     assert!(err.contains("Service openmed-service-canary"), "{err}");
 }
+
+// Hostile input: what a trial of bad inputs found, each held here.
+
+/// Runs with stdout on `/dev/full`, where every write fails.
+fn to_full_disk(args: &[&str]) -> Output {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(args)
+        .current_dir(root())
+        .stdin(Stdio::null())
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_failed_write_to_stdout_is_exit_2_and_a_closed_pipe_is_quiet() {
+    for args in [
+        &["render", "examples/openmed/"][..],
+        &["render", "-o", "json", "examples/openmed/"],
+        &["render", "--summary", "examples/openmed/"],
+        &["crd"],
+        &["man"],
+        &["completions", "bash"],
+    ] {
+        let out = to_full_disk(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("cannot write to standard output"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // The KRM function writes its ResourceList the same way.
+    let list = format!(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{}",
+        MODEL
+            .lines()
+            .enumerate()
+            .map(|(i, l)| format!("{}{l}\n", if i == 0 { "- " } else { "  " }))
+            .collect::<String>()
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(["render", "--krm"])
+        .stdin(Stdio::piped())
+        .stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(list.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // A reader that stops early (`| head`) is not an error.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(["render", "examples/openmed/"])
+        .current_dir(root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+/// `MODEL` with `line` in place of its `replicas: 3`.
+fn model_with_replicas(line: &str) -> String {
+    MODEL.replace("  replicas: 3\n", &format!("{line}\n"))
+}
+
+#[test]
+fn values_the_api_server_refuses_are_refused() {
+    let cases: &[(&str, i32, &str)] = &[
+        (".nan", 2, ".nan is not a number JSON can hold"),
+        (".inf", 2, ".inf is not a number JSON can hold"),
+        ("-.inf", 2, "-.inf is not a number JSON can hold"),
+        (
+            "1e23",
+            1,
+            "spec.replicas: 100000000000000000000000 is out of range",
+        ),
+    ];
+    for (value, code, message) in cases {
+        let out = openmed_op(
+            &["render", "-"],
+            Some(&model_with_replicas(&format!("  replicas: {value}"))),
+        );
+        assert_eq!(out.status.code(), Some(*code), "{value}: {}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{value}: {}", stderr(&out));
+        assert!(out.stdout.is_empty());
+    }
+
+    let bad_namespace = MODEL.replace("namespace: team", "namespace: Bad_NS");
+    let out = openmed_op(&["render", "-"], Some(&bad_namespace));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("metadata.namespace: \"Bad_NS\" is not a valid namespace name"),
+        "{}",
+        stderr(&out)
+    );
+    let out = openmed_op(&["render", "-n", "Bad NS!", "-"], Some(MODEL));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a valid namespace name"),
+        "{}",
+        stderr(&out)
+    );
+
+    let unknown = format!("{MODEL}extra: 1\n");
+    let out = openmed_op(&["render", "-"], Some(&unknown));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out)
+            .contains(":11: document 1: error[InvalidSpec]: team/svc: extra: unknown field"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A key set twice: the API server refuses it; we say where both are.
+    let twice = MODEL.replace("  tier: Small\n", "  tier: Small\n  tier: Large\n");
+    let out = openmed_op(&["render", "-"], Some(&twice));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "<stdin>:9: document 1: not valid YAML: key \"tier\" is set twice, first on line 8"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn numbers_are_read_as_the_api_server_reads_them() {
+    // YAML 1.1, as kubectl and the API server read it: 0x10 is 16, 0o7 is
+    // 7, 010 is octal 8, 1_0 is 10, 1.0 is 1 (tests/e2e shows the server).
+    for (value, replicas) in [
+        ("0x10", 16),
+        ("0o7", 7),
+        ("010", 8),
+        ("1_0", 10),
+        ("1.0", 1),
+    ] {
+        let out = openmed_op(
+            &["render", "-o", "json", "-"],
+            Some(&format!(
+                "{}---\n{DEPLOYMENT}",
+                model_with_replicas(&format!("  replicas: {value}"))
+            )),
+        );
+        assert_eq!(out.status.code(), Some(0), "{value}: {}", stderr(&out));
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let deployment = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["kind"] == "Deployment")
+            .unwrap();
+        assert_eq!(deployment["spec"]["replicas"], replicas, "{value}");
+    }
+}
+
+#[test]
+fn documents_it_does_not_own_come_out_as_the_api_server_would_store_them() {
+    let input = "\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: team
+data:
+  quoted: \"yes\"
+  feature: \"on\"
+  count: \"1_000\"
+  octal: \"0o7\"
+  secret: !!binary aGVsbG8=
+  date: 2001-12-14
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: svc
+  namespace: team
+  labels: &labels
+    app: svc
+spec:
+  selector: *labels
+  <<: {type: ClusterIP}
+  ports:
+  - port: 0x50
+";
+    let out = openmed_op(&["render", "-"], Some(input));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    // Strings YAML 1.1 would read as something else keep their quotes.
+    for line in [
+        "quoted: 'yes'",
+        "feature: 'on'",
+        "count: '1_000'",
+        "octal: '0o7'",
+        "date: '2001-12-14'",
+    ] {
+        assert!(text.contains(line), "{line}:\n{text}");
+    }
+    let docs = docs(&text);
+    assert_eq!(docs[0]["data"]["secret"], "hello");
+    assert_eq!(docs[1]["spec"]["selector"]["app"], "svc");
+    assert_eq!(docs[1]["spec"]["type"], "ClusterIP");
+    assert_eq!(docs[1]["spec"]["ports"][0]["port"], 80);
+    // Rendering the output again changes nothing.
+    let again = openmed_op(&["render", "-"], Some(&text));
+    assert_eq!(stdout(&again), text);
+}
+
+#[test]
+fn long_values_are_cut_in_messages() {
+    let long = "v".repeat(1_000_000);
+    let out = openmed_op(
+        &["render", "-"],
+        Some(&MODEL.replace("OpenMed/pii-v2", &long)),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.len() < 2_000, "{} bytes of stderr", err.len());
+    assert!(err.contains("…\" (1000000 characters)"), "{err}");
+}
+
+#[test]
+fn input_is_bounded_per_stream_and_per_document() {
+    // More than the stream limit on stdin: refused without reading it all.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(["render", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b'#'; 1 << 20];
+        // 65 MiB at most, then stop: the reader stops at 64 MiB and one byte.
+        for _ in 0..65 {
+            if pipe.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("<stdin>: larger than 64 MiB, the most one input may hold"),
+        "{}",
+        stderr(&out)
+    );
+
+    // One document over the API server's 3 MiB request limit.
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big}}\ndata:\n  blob: {}\n",
+        "x".repeat(3 * 1024 * 1024 + 1)
+    );
+    let out = openmed_op(&["render", "-"], Some(&big));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("more than the 3 MiB the API server accepts in one request"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_byte_order_mark_and_utf16_are_read_as_kubectl_reads_them() {
+    let expected = stdout(&openmed_op(&["render", "-"], Some(MODEL)));
+    let mut bom = vec![0xEF, 0xBB, 0xBF];
+    bom.extend_from_slice(MODEL.as_bytes());
+    let mut le = vec![0xFF, 0xFE];
+    le.extend(MODEL.encode_utf16().flat_map(u16::to_le_bytes));
+    let mut be = vec![0xFE, 0xFF];
+    be.extend(MODEL.encode_utf16().flat_map(u16::to_be_bytes));
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in [("bom.yaml", bom), ("le.yaml", le), ("be.yaml", be)] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let out = openmed_op(&["render", path.to_str().unwrap()], None);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        assert_eq!(stdout(&out), expected, "{name}");
+    }
+    // UTF-16 without a byte-order mark is said to be so.
+    let bare: Vec<u8> = MODEL.encode_utf16().flat_map(u16::to_le_bytes).collect();
+    let path = dir.path().join("bare.yaml");
+    std::fs::write(&path, bare).unwrap();
+    let out = openmed_op(&["render", path.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("UTF-16 without a byte-order mark?"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_file_named_twice_is_read_once() {
+    let dir = temp_dir(&[("svc.yaml", MODEL)]);
+    let file = dir.path().join("svc.yaml");
+    let once = openmed_op(&["render", file.to_str().unwrap()], None);
+    let out = openmed_op(
+        &[
+            "render",
+            file.to_str().unwrap(),
+            dir.path().to_str().unwrap(),
+            file.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), stdout(&once));
+}
+
+#[test]
+fn help_about_help_and_the_exit_codes() {
+    let out = openmed_op(&["help", "--help"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Usage: openmed-op help"),
+        "{}",
+        stdout(&out)
+    );
+    let out = openmed_op(&["--help"], None);
+    assert!(
+        stdout(&out).contains("unknown revision"),
+        "{}",
+        stdout(&out)
+    );
+}
