@@ -1146,3 +1146,281 @@ fn fix_follows_the_cluster_after_a_rollback_and_drops_a_stale_annotation() {
     );
     assert_eq!(stdout(&out), "");
 }
+
+// Hostile input: what a trial of bad inputs found, each held here.
+
+#[test]
+fn a_failed_write_to_stdout_is_exit_2() {
+    let repo = two_versions();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(["verify", "--repo", repo.path_str(), "--rev", "main"])
+        .stdin(Stdio::null())
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot write to standard output"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// main at v2 with two models, each asking for a rollback that only one
+/// retained version can mean, checked out.
+fn two_files_to_fix() -> (TestRepo, tempfile::TempDir, String) {
+    let repo = TestRepo::new();
+    repo.commit(
+        "main",
+        &[
+            ("models/a.yaml", &model("svc", "v2")),
+            ("models/b.yaml", &model("other", "v2")),
+        ],
+    );
+    repo.checkout("main");
+    let dir = tempfile::tempdir().unwrap();
+    let status = dir.path().join("status.yaml");
+    let other = STATUS_READY.replace("name: svc", "name: other");
+    let both = format!(
+        "{STATUS_READY}{}",
+        &other[other.find("- apiVersion").unwrap()..]
+    );
+    std::fs::write(&status, both).unwrap();
+    for (file, name) in [("models/a.yaml", "svc"), ("models/b.yaml", "other")] {
+        std::fs::write(
+            repo.path().join(file),
+            model_with(name, "v2", &rollback_to("v0")),
+        )
+        .unwrap();
+    }
+    let status = status.to_str().unwrap().to_owned();
+    (repo, dir, status)
+}
+
+#[test]
+fn fix_writes_every_file_or_none() {
+    let (repo, _dir, status) = two_files_to_fix();
+    let a = repo.path().join("models/a.yaml");
+    let b = repo.path().join("models/b.yaml");
+    let (a_before, b_before) = (
+        std::fs::read_to_string(&a).unwrap(),
+        std::fs::read_to_string(&b).unwrap(),
+    );
+    // The second file cannot be replaced: its temporary file's place is
+    // taken by a directory (which stops root too).
+    let blocker = repo.path().join("models/.b.yaml.openmed-op-fix");
+    std::fs::create_dir(&blocker).unwrap();
+    let out = verify(&repo, &["--status", &status, "--fix"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("models/b.yaml: cannot write the fix beside it")
+            && stderr(&out).contains("nothing was changed"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&a).unwrap(),
+        a_before,
+        "a.yaml untouched"
+    );
+    assert_eq!(std::fs::read_to_string(&b).unwrap(), b_before);
+    assert!(!repo.path().join("models/.a.yaml.openmed-op-fix").exists());
+
+    // A read-only file is refused the same way.
+    std::fs::remove_dir(&blocker).unwrap();
+    let mut permissions = std::fs::metadata(&b).unwrap().permissions();
+    permissions.set_readonly(true);
+    std::fs::set_permissions(&b, permissions).unwrap();
+    let out = verify(&repo, &["--status", &status, "--fix"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("models/b.yaml: the file is read-only; nothing was changed"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), a_before);
+
+    // Both writable: both fixed.
+    let mut permissions = std::fs::metadata(&b).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    permissions.set_readonly(false);
+    std::fs::set_permissions(&b, permissions).unwrap();
+    let out = verify(&repo, &["--status", &status, "--fix"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        std::fs::read_to_string(&a)
+            .unwrap()
+            .contains("rollback-to: v1")
+    );
+    assert!(
+        std::fs::read_to_string(&b)
+            .unwrap()
+            .contains("rollback-to: v1")
+    );
+}
+
+#[test]
+fn fix_dry_run_honours_format_json() {
+    let (repo, _dir, status) = two_files_to_fix();
+    let out = verify(
+        &repo,
+        &[
+            "--status",
+            &status,
+            "--fix",
+            "--dry-run",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let document = json(&out);
+    assert_eq!(document["dryRun"], true);
+    assert_eq!(document["written"], false);
+    assert_eq!(
+        document["files"],
+        serde_json::json!([{"file": "models/a.yaml", "fixes": 1}, {"file": "models/b.yaml", "fixes": 1}])
+    );
+    assert!(
+        document["diff"]
+            .as_str()
+            .unwrap()
+            .starts_with("--- a/models/a.yaml\n")
+    );
+    assert!(document["report"]["findings"].as_array().unwrap().len() >= 2);
+}
+
+#[test]
+fn a_fix_from_the_status_is_validated_before_it_is_suggested() {
+    let repo = two_versions();
+    repo.commit("main", &[("models/svc.yaml", &model("svc", "v3"))]);
+    repo.checkout("main");
+    let dir = tempfile::tempdir().unwrap();
+    let status = dir.path().join("status.yaml");
+    std::fs::write(
+        &status,
+        STATUS_LIST.replace(
+            "rollbackSpec: {family: pii, tier: Small, version: v2}",
+            "rollbackSpec: {family: pii, tier: Small, version: bad version with spaces}",
+        ),
+    )
+    .unwrap();
+    let file = repo.path().join("models/svc.yaml");
+    let before = std::fs::read_to_string(&file).unwrap();
+    let out = verify(&repo, &["--status", status.to_str().unwrap(), "--fix"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing that --fix can change"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("which is not a valid spec.version"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+}
+
+#[test]
+fn a_status_without_the_operators_shape_is_exit_2() {
+    let repo = two_versions();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text, message) in [
+        ("empty.yaml", "", "holds no objects"),
+        (
+            "items.yaml",
+            "apiVersion: v1\nkind: List\nitems: 5\n",
+            "List.items is not a list",
+        ),
+        (
+            "other.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+            "a \"ConfigMap\" is neither an OpenMedModel nor a List of them",
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = verify(
+            &repo,
+            &["--rev", "main", "--status", path.to_str().unwrap()],
+        );
+        assert_eq!(code(&out), 2, "{name}: {}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{name}: {}", stderr(&out));
+    }
+    // A cluster with no OpenMedModels prints an empty List: that is fine.
+    let path = dir.path().join("none.yaml");
+    std::fs::write(&path, "apiVersion: v1\nkind: List\nitems: []\n").unwrap();
+    let out = verify(
+        &repo,
+        &["--rev", "main", "--status", path.to_str().unwrap()],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn verify_reads_a_utf16_file_as_render_does() {
+    let repo = TestRepo::new();
+    repo.commit("main", &[("models/svc.yaml", &model("svc", "v1"))]);
+    // The same resource, saved as UTF-16 with a byte-order mark.
+    let text = model("svc", "v2");
+    let mut utf16 = vec![0xFF, 0xFE];
+    utf16.extend(text.encode_utf16().flat_map(u16::to_le_bytes));
+    let file = repo.path().join("models/svc.yaml");
+    repo.checkout("main");
+    std::fs::write(&file, &utf16).unwrap();
+    let out = verify(&repo, &["--worktree", "--format", "json"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let report = json(&out);
+    assert_eq!(
+        report["findings"],
+        serde_json::json!([]),
+        "not ModelDeleted"
+    );
+    assert_eq!(report["resources"][0]["version"], "v2");
+    let render = openmed_op(&["render", "--summary", file.to_str().unwrap()]);
+    assert_eq!(code(&render), 0, "{}", stderr(&render));
+}
+
+#[test]
+fn a_tree_or_a_blob_given_as_a_revision_is_said_in_words() {
+    let repo = two_versions();
+    for (spec, kind) in [("main:models/svc.yaml", "blob"), ("main^{tree}", "tree")] {
+        let out = verify(&repo, &["--rev", spec]);
+        assert_eq!(code(&out), 2);
+        assert!(
+            stderr(&out).contains(&format!("it names a {kind}, not a commit")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!stderr(&out).contains("git_object_t"), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn an_unreadable_user_git_config_is_skipped_with_a_warning() {
+    let repo = two_versions();
+    // A HOME whose files cannot even be looked at (for root too): a loop.
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::os::unix::fs::symlink(&home, &home).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .args(["verify", "--repo", repo.path_str(), "--rev", "main"])
+        .env("HOME", &home)
+        .env_remove("XDG_CONFIG_HOME")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(".gitconfig: Too many levels of symbolic links")
+            && stderr(&out).contains("going on without it"),
+        "{}",
+        stderr(&out)
+    );
+}
