@@ -19,6 +19,7 @@ mod helm;
 mod leader;
 mod operator;
 mod plugin;
+mod render;
 mod snapshots;
 mod support;
 
@@ -38,6 +39,7 @@ fn main() {
     trials.extend(admission::trials());
     trials.extend(plugin::trials());
     trials.extend(helm::trials());
+    trials.extend(render::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);
