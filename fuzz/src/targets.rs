@@ -13,10 +13,8 @@ use openmed_op::verify::{history, status};
 
 /// `render FILE`: a YAML stream, then the render of its documents.
 pub fn render_stream(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Ok(docs) = source::parse_stream("fuzz.yaml", text) else {
+    // Bytes, as a file is read: a BOM, UTF-16, the size limits.
+    let Ok(docs) = source::parse_bytes("fuzz.yaml", data) else {
         return;
     };
     for missing in [MissingTarget::Patch, MissingTarget::Warn] {
@@ -45,10 +43,7 @@ pub fn render_krm(data: &[u8]) {
 /// `verify`: the objects of a file in Git (its history entries) and the
 /// same text as a `--status` file.
 pub fn verify_objects(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Ok(docs) = source::parse_stream("models.yaml", text) else {
+    let Ok(docs) = source::parse_bytes("models.yaml", data) else {
         return;
     };
     let _ = history::entries(&docs, "default");
