@@ -15,11 +15,16 @@ fn root() -> &'static Path {
 }
 
 fn openmed_op(args: &[&str], stdin: Option<&str>) -> Output {
+    openmed_op_to(args, stdin, Stdio::piped())
+}
+
+/// The same, with stdout going to `stdout`.
+fn openmed_op_to(args: &[&str], stdin: Option<&str>, stdout: Stdio) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
         .args(args)
         .current_dir(root())
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -543,19 +548,12 @@ fn a_canary_that_would_not_split_traffic_is_refused_with_its_line() {
 // Hostile input: what a trial of bad inputs found, each held here.
 
 /// Runs with stdout on `/dev/full`, where every write fails.
-fn to_full_disk(args: &[&str]) -> Output {
+fn to_full_disk(args: &[&str], stdin: Option<&str>) -> Output {
     let full = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/full")
         .expect("/dev/full");
-    Command::new(env!("CARGO_BIN_EXE_openmed-op"))
-        .args(args)
-        .current_dir(root())
-        .stdin(Stdio::null())
-        .stdout(full)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap()
+    openmed_op_to(args, stdin, Stdio::from(full))
 }
 
 #[test]
@@ -568,7 +566,7 @@ fn a_failed_write_to_stdout_is_exit_2_and_a_closed_pipe_is_quiet() {
         &["man"],
         &["completions", "bash"],
     ] {
-        let out = to_full_disk(args);
+        let out = to_full_disk(args, None);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(
             stderr(&out).contains("cannot write to standard output"),
@@ -585,25 +583,7 @@ fn a_failed_write_to_stdout_is_exit_2_and_a_closed_pipe_is_quiet() {
             .map(|(i, l)| format!("{}{l}\n", if i == 0 { "- " } else { "  " }))
             .collect::<String>()
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
-        .args(["render", "--krm"])
-        .stdin(Stdio::piped())
-        .stdout(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open("/dev/full")
-                .unwrap(),
-        )
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(list.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = to_full_disk(&["render", "--krm"], Some(&list));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 
     // A reader that stops early (`| head`) is not an error.

@@ -137,20 +137,7 @@ fn config_map_fields(cm: &Value) -> Value {
 
 /// `openmed-op render` of `yaml`, as documents.
 fn render(yaml: &str, namespace: &str) -> Vec<Value> {
-    use std::io::Write;
-    let mut child = std::process::Command::new(binary())
-        .args(["render", "-n", namespace, "-o", "json", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = run_with_input(&["render", "-n", namespace, "-o", "json", "-"], yaml);
     assert!(out.status.success(), "render failed for\n{yaml}");
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     list["items"].as_array().unwrap().clone()

@@ -7,8 +7,6 @@
 //! to the truth: `yes` is a boolean, `010` is 8, `0o7` is 7, `!!binary` is
 //! decoded, merge keys apply.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -122,33 +120,24 @@ async fn server_reads(client: &Client, namespace: &str, yaml: &str) -> Result<Va
     Ok(stored)
 }
 
-/// `openmed-op render -` on `yaml`: exit code, stdout, stderr.
-fn render(yaml: &str) -> (i32, String, String) {
-    render_with(&[], yaml)
-}
-
+/// `openmed-op render ARGS -` on `yaml`: exit code, stdout, stderr.
 fn render_with(args: &[&str], yaml: &str) -> (i32, String, String) {
-    let mut child = Command::new(binary())
-        .arg("render")
-        .args(args)
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let all: Vec<&str> = ["render"]
+        .iter()
+        .chain(args)
+        .chain(&["-"])
+        .copied()
+        .collect();
+    let out = run_with_input(&all, yaml);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8(out.stdout).unwrap(),
         String::from_utf8(out.stderr).unwrap(),
     )
+}
+
+fn render(yaml: &str) -> (i32, String, String) {
+    render_with(&[], yaml)
 }
 
 /// Documents a manifest may hold that are not OpenMedModels, each with the

@@ -49,6 +49,25 @@ pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_openmed-op")
 }
 
+/// `openmed-op ARGS` with `input` on stdin: its whole output.
+pub fn run_with_input(args: &[&str], input: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(binary())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// Starts the control plane (building it on first use) unless it already
 /// runs; returns true when this call started it, so the caller stops it.
 pub fn start_cluster() -> bool {
