@@ -138,7 +138,11 @@ fn config_map_fields(cm: &Value) -> Value {
 /// `openmed-op render` of `yaml`, as documents.
 fn render(yaml: &str, namespace: &str) -> Vec<Value> {
     let out = run_with_input(&["render", "-n", namespace, "-o", "json", "-"], yaml);
-    assert!(out.status.success(), "render failed for\n{yaml}");
+    assert!(
+        out.status.success(),
+        "render failed: {}\nfor\n{yaml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     list["items"].as_array().unwrap().clone()
 }
@@ -156,7 +160,9 @@ async fn assert_parity(
     env.apply(deployment).await;
     env.apply(model).await;
     env.wait_ready(name, version).await;
-    let rendered = render(&format!("{deployment}---\n{model}"), &env.ns.name);
+    // The newline before `---` matters: without it the separator joins the
+    // last line, and the two documents become one with every key twice.
+    let rendered = render(&format!("{deployment}\n---\n{model}"), &env.ns.name);
     let rendered_deployment = rendered.iter().find(|d| d["kind"] == "Deployment").unwrap();
     let rendered_cms: Vec<&Value> = rendered
         .iter()
