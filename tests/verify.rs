@@ -514,12 +514,13 @@ fn warnings_exit_0_and_strict_makes_them_errors() {
         "{text}"
     );
     assert!(text.contains("\n\nsvc.yaml:9:"), "{text}");
-    assert!(text.contains("0 errors, 2 warnings in 2 files"), "{text}");
+    // MutableVersion and NotAServiceModelId for svc, ModelDeleted for old.
+    assert!(text.contains("0 errors, 3 warnings in 2 files"), "{text}");
 
     let out = verify(&repo, &["--rev", "pr", "--strict"]);
     assert_eq!(code(&out), 1);
     assert!(
-        stdout(&out).contains("2 errors, 0 warnings"),
+        stdout(&out).contains("3 errors, 0 warnings"),
         "{}",
         stdout(&out)
     );
@@ -607,19 +608,13 @@ fn json_output_follows_the_documented_schema() {
 #[test]
 fn github_output_is_workflow_commands_on_the_changed_lines() {
     let repo = TestRepo::new();
-    repo.commit(
-        "main",
-        &[("models/svc.yaml", &model("svc", "OpenMed/pii:v1"))],
-    );
-    repo.commit(
-        "main",
-        &[("models/svc.yaml", &model("svc", "OpenMed/pii:latest"))],
-    );
+    repo.commit("main", &[("models/svc.yaml", &model("svc", "pii-v1"))]);
+    repo.commit("main", &[("models/svc.yaml", &model("svc", "latest"))]);
     pull_request(
         &repo,
         &[(
             "models/svc.yaml",
-            &model_with("svc", "OpenMed/pii:latest", &rollback_to("v0%")),
+            &model_with("svc", "latest", &rollback_to("v0%")),
         )],
     );
     let out = verify(&repo, &["--rev", "pr", "--format", "github"]);
@@ -632,11 +627,11 @@ fn github_output_is_workflow_commands_on_the_changed_lines() {
         "{text}"
     );
     assert!(
-        lines[0].ends_with("%0Afix: openmed.ai/rollback-to: OpenMed/pii:v1"),
+        lines[0].ends_with("%0Afix: openmed.ai/rollback-to: pii-v1"),
         "{text}"
     );
     assert!(
-        lines[1].starts_with("::warning file=models/svc.yaml,line=11,title=MutableVersion::team/svc: spec.version: \"OpenMed/pii:latest\" names \"latest\""),
+        lines[1].starts_with("::warning file=models/svc.yaml,line=11,title=MutableVersion::team/svc: spec.version: \"latest\" names \"latest\""),
         "{text}"
     );
     assert!(
@@ -935,10 +930,25 @@ fn every_rule_both_ways_on_a_repository() {
     let latest = model("svc", "OpenMed/pii:latest");
     assert_eq!(
         rules_for(history, &[("svc.yaml", &latest)], None),
+        vec!["MutableVersion".to_owned(), "NotAServiceModelId".to_owned()]
+    );
+    // A bare moving name is a model id to the service, but still moves.
+    let bare = model("svc", "latest");
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &bare)], None),
         only("MutableVersion")
     );
+    // Pinned, but the OpenMed service reads only `org/model` ids.
     let pinned = model("svc", "OpenMed/pii@sha256:0123abcd");
-    assert_eq!(rules_for(history, &[("svc.yaml", &pinned)], None), none);
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &pinned)], None),
+        only("NotAServiceModelId")
+    );
+    let nested = model("svc", "OpenMed/pii/v2");
+    assert_eq!(
+        rules_for(history, &[("svc.yaml", &nested)], None),
+        only("NotAServiceModelId")
+    );
     let moved = v2.replace(
         "  version: v2\n",
         "  version: v2\n  targetRef:\n    name: elsewhere\n",

@@ -483,15 +483,47 @@ fn a_moving_version_is_a_warning_and_a_pinned_one_is_not() {
         "hf.co/OpenMed/pii@sha256:0123abcd",
         "OpenMed/main-model",
     ] {
+        let findings = case(file("a.yaml", &[&model("svc", pinned)])).findings();
         assert!(
-            case(file("a.yaml", &[&model("svc", pinned)]))
-                .findings()
-                .is_empty(),
+            findings.iter().all(|f| f.rule != rule::MUTABLE_VERSION),
             "{pinned}"
         );
     }
     assert_eq!(rules::moving_revision("OpenMed/x:Latest"), Some("Latest"));
     assert_eq!(rules::moving_revision("OpenMed/x@v1.2"), None);
+}
+
+/// Each row was run through the OpenMed service's own
+/// `validate_model_name` (3.1.0); `tests/workload.rs` holds the two to the
+/// same answers on a real install.
+#[test]
+fn a_pointer_the_openmed_service_refuses_is_a_warning() {
+    for refused in [
+        "OpenMed/pii:v2",
+        "org/model@main",
+        "a/b/c",
+        "hf.co/OpenMed/pii@sha256:0123abcd",
+        "OpenMed/pii+local",
+        "OpenMed/pii~1",
+    ] {
+        let findings = case(file("a.yaml", &[&model("svc", refused)])).findings();
+        let f = findings
+            .iter()
+            .find(|f| f.rule == rule::NOT_A_SERVICE_MODEL_ID)
+            .unwrap_or_else(|| panic!("{refused}: {findings:?}"));
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.location.line, Some(9));
+        assert!(f.message.contains("`org/model`"), "{}", f.message);
+    }
+    for accepted in [
+        "OpenMed/pii-v2",
+        "pii",
+        "OpenMed/synthetic_pii.v1",
+        "a-b/c.d_e",
+    ] {
+        let findings = case(file("a.yaml", &[&model("svc", accepted)])).findings();
+        assert!(findings.is_empty(), "{accepted}: {findings:?}");
+    }
 }
 
 #[test]

@@ -105,6 +105,23 @@ pub fn is_dns_subdomain_with_short_labels(s: &str) -> bool {
     is_dns_subdomain(s) && s.split('.').all(|label| label.len() <= DNS_LABEL_MAX)
 }
 
+/// True when the OpenMed service reads `version` as a model id: `model` or
+/// `org/model`, each part of letters, digits, `.`, `_` and `-` (its own
+/// `validate_model_name`). Anything else it accepts only as a path that
+/// exists in the pod, and a pod whose pointer it refuses exits at start.
+/// A test holds this to the service's function on the same inputs.
+pub fn is_service_model_id(version: &str) -> bool {
+    let part = |p: &str| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    };
+    match version.split_once('/') {
+        None => part(version),
+        Some((org, model)) => part(org) && part(model),
+    }
+}
+
 /// True when `s` is an RFC 1123 DNS label (at most 63 characters), the rule
 /// for namespace names.
 pub fn is_dns_label(s: &str) -> bool {

@@ -115,7 +115,8 @@ input or malformed YAML.")]
     ///   6. warnings (errors with --strict): a rollback annotation left
     ///      behind (StaleRollbackAnnotation), a deleted OpenMedModel
     ///      (ModelDeleted), a moving version such as :latest or @main
-    ///      (MutableVersion), a new targetRef (TargetChanged);
+    ///      (MutableVersion), a pointer the OpenMed service would refuse
+    ///      (NotAServiceModelId), a new targetRef (TargetChanged);
     ///   7. with --status, after an automatic rollback, the one-line change
     ///      that makes Git agree with the cluster (GitBehindRollback).
     ///

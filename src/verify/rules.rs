@@ -40,6 +40,8 @@ pub mod rule {
     pub const MODEL_DELETED: &str = "ModelDeleted";
     /// `spec.version` names a revision that can move (`:latest`, `@main`).
     pub const MUTABLE_VERSION: &str = "MutableVersion";
+    /// `spec.version` is not a model id the OpenMed service accepts.
+    pub const NOT_A_SERVICE_MODEL_ID: &str = "NotAServiceModelId";
     /// `spec.targetRef` points at another Deployment or container.
     pub const TARGET_CHANGED: &str = "TargetChanged";
     /// The cluster rolled back, and Git still asks for the failed version.
@@ -244,6 +246,7 @@ pub fn check(input: &Input) -> Outcome {
             failed_versions(&change, status, &mut findings);
         }
         mutable_version(&facts, &mut findings);
+        service_model_id(&facts, &mut findings);
         target_changed(&change, &mut findings);
 
         resources.push(ResourceSummary {
@@ -565,7 +568,30 @@ fn mutable_version(facts: &Facts, findings: &mut Vec<Finding>) {
             &facts.doc.at("spec.version"),
             rule::MUTABLE_VERSION,
             format!(
-                "{version:?} names {moving:?}, which can move: pods restarted later may load another model than the one rolled out, and a rollback cannot bring the old one back; pin an immutable revision or digest (e.g. @<commit> or @sha256:<digest>)"
+                "{version:?} names {moving:?}, which can move: pods restarted later may load another model than the one rolled out, and a rollback cannot bring the old one back; pin an immutable version: a model id of its own per version (as OpenMed/synthetic-pii-v2), or @<commit> / @sha256:<digest> where the service accepts revisions"
+            ),
+        )
+        .resource(facts.key.to_string())
+        .field("spec.version"),
+    );
+}
+
+/// Hygiene: a pointer the OpenMed service itself refuses, unless it is a
+/// path inside the image, makes every new pod exit at start.
+fn service_model_id(facts: &Facts, findings: &mut Vec<Finding>) {
+    let Some(version) = facts.version else {
+        return;
+    };
+    if api::rules::is_service_model_id(version) {
+        return;
+    }
+    findings.push(
+        Finding::warning(
+            &facts.doc.at("spec.version"),
+            rule::NOT_A_SERVICE_MODEL_ID,
+            format!(
+                "the OpenMed service accepts a model id of the form `model` or `org/model` (letters, digits, '.', '_', '-'), or a path that exists in its pod; {} is not an id, so unless it is such a path every new pod exits at start and the rollout fails",
+                crate::findings::quote(version)
             ),
         )
         .resource(facts.key.to_string())
