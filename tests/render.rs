@@ -44,6 +44,13 @@ fn stderr(out: &Output) -> String {
     String::from_utf8(out.stderr.clone()).unwrap()
 }
 
+/// Exit `code`, nothing on stdout, and `message` on stderr.
+fn refused(out: &Output, code: i32, message: &str) {
+    assert_eq!(out.status.code(), Some(code), "{}", stderr(out));
+    assert!(out.stdout.is_empty(), "nothing is written: {}", stdout(out));
+    assert!(stderr(out).contains(message), "{}", stderr(out));
+}
+
 fn golden(name: &str, actual: &str) {
     let path = root().join("tests/golden").join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
@@ -318,12 +325,7 @@ fn the_progress_deadline_is_checked_against_the_target_in_the_input() {
         "replicas: 3\n  rolloutStrategy:\n    progressDeadlineSeconds: 5",
     );
     let out = openmed_op(&["render", "-"], Some(&format!("{DEPLOYMENT}---\n{model}")));
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("minReadySeconds (5)"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, 1, "minReadySeconds (5)");
 }
 
 #[test]
@@ -355,12 +357,7 @@ fn an_autoscaled_target_keeps_its_replicas() {
 #[test]
 fn unreadable_or_malformed_input_exits_2_and_writes_nothing() {
     let out = openmed_op(&["render", "no/such/file.yaml"], None);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("no/such/file.yaml: cannot read"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, 2, "no/such/file.yaml: cannot read");
 
     let out = openmed_op(
         &["render", "-"],
@@ -382,12 +379,7 @@ fn unreadable_or_malformed_input_exits_2_and_writes_nothing() {
         ));
     }
     let out = openmed_op(&["render", "-"], Some(&bomb));
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("possible alias bomb"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, 2, "possible alias bomb");
 }
 
 #[test]
@@ -629,19 +621,13 @@ fn values_the_api_server_refuses_are_refused() {
 
     let bad_namespace = MODEL.replace("namespace: team", "namespace: Bad_NS");
     let out = openmed_op(&["render", "-"], Some(&bad_namespace));
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("metadata.namespace: \"Bad_NS\" is not a valid namespace name"),
-        "{}",
-        stderr(&out)
+    refused(
+        &out,
+        1,
+        "metadata.namespace: \"Bad_NS\" is not a valid namespace name",
     );
     let out = openmed_op(&["render", "-n", "Bad NS!", "-"], Some(MODEL));
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("not a valid namespace name"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, 2, "not a valid namespace name");
 
     let unknown = format!("{MODEL}extra: 1\n");
     let out = openmed_op(&["render", "-"], Some(&unknown));
@@ -656,13 +642,10 @@ fn values_the_api_server_refuses_are_refused() {
     // A key set twice: the API server refuses it; we say where both are.
     let twice = MODEL.replace("  tier: Small\n", "  tier: Small\n  tier: Large\n");
     let out = openmed_op(&["render", "-"], Some(&twice));
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains(
-            "<stdin>:9: document 1: not valid YAML: key \"tier\" is set twice, first on line 8"
-        ),
-        "{}",
-        stderr(&out)
+    refused(
+        &out,
+        2,
+        "<stdin>:9: document 1: not valid YAML: key \"tier\" is set twice, first on line 8",
     );
 }
 
@@ -783,11 +766,10 @@ fn input_is_bounded_per_stream_and_per_document() {
     });
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("<stdin>: larger than 64 MiB, the most one input may hold"),
-        "{}",
-        stderr(&out)
+    refused(
+        &out,
+        2,
+        "<stdin>: larger than 64 MiB, the most one input may hold",
     );
 
     // One document over the API server's 3 MiB request limit.
@@ -796,11 +778,10 @@ fn input_is_bounded_per_stream_and_per_document() {
         "x".repeat(3 * 1024 * 1024 + 1)
     );
     let out = openmed_op(&["render", "-"], Some(&big));
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("more than the 3 MiB the API server accepts in one request"),
-        "{}",
-        stderr(&out)
+    refused(
+        &out,
+        2,
+        "more than the 3 MiB the API server accepts in one request",
     );
 }
 
@@ -826,12 +807,7 @@ fn a_byte_order_mark_and_utf16_are_read_as_kubectl_reads_them() {
     let path = dir.path().join("bare.yaml");
     std::fs::write(&path, bare).unwrap();
     let out = openmed_op(&["render", path.to_str().unwrap()], None);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("UTF-16 without a byte-order mark?"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&out, 2, "UTF-16 without a byte-order mark?");
 }
 
 #[test]
