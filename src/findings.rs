@@ -80,24 +80,9 @@ impl From<&Location> for LocationJson {
     }
 }
 
-/// Longest quoted value a message shows whole.
-const QUOTE_LIMIT: usize = 120;
-
 /// Longest message, field, resource or fix a finding carries: a hostile
 /// input must not turn into megabytes of stderr or annotations.
 const TEXT_LIMIT: usize = 4096;
-
-/// `value` quoted for a message; a long one is cut, keeping its start and
-/// saying how long it was: `"aaaa…" (52428800 characters)`.
-pub fn quote(value: &str) -> String {
-    let length = value.chars().count();
-    if length <= QUOTE_LIMIT {
-        return format!("{value:?}");
-    }
-    let start: String = value.chars().take(QUOTE_LIMIT).collect();
-    let quoted = format!("{start:?}");
-    format!("{}…\" ({length} characters)", &quoted[..quoted.len() - 1])
-}
 
 /// `text`, cut at [`TEXT_LIMIT`] characters with a note of its length.
 pub fn bounded(text: String) -> String {
@@ -187,15 +172,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn long_values_are_cut_and_say_how_long_they_were() {
-        assert_eq!(quote("v1"), "\"v1\"");
-        let long = "a".repeat(50_000);
-        let quoted = quote(&long);
-        assert!(
-            quoted.starts_with(&format!("\"{}", "a".repeat(120))),
-            "{quoted}"
-        );
-        assert!(quoted.ends_with("…\" (50000 characters)"), "{quoted}");
+    fn long_messages_are_cut_and_say_how_long_they_were() {
         let message = bounded("b".repeat(10_000));
         assert!(message.len() < 4200 && message.ends_with("(cut; 10000 characters in all)"));
     }

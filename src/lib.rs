@@ -5,6 +5,8 @@
 //! - [`api`]: the `OpenMedModel` types, the CRD and the one `validate`;
 //! - [`plan`]: from a valid spec, the exact objects to write (pure);
 //! - [`rollout`]: the rollout state machine as a pure function (pure);
+//! - [`source`] and [`text`]: reading YAML as the API server does, and
+//!   showing input in messages (the lowest layer);
 //! - shells: [`render`] (files), the operator (`run`, kube API) and [`verify`]
 //!   (Git objects), which only read inputs and carry out decisions.
 
@@ -17,4 +19,5 @@ pub mod plan;
 pub mod render;
 pub mod rollout;
 pub mod source;
+pub mod text;
 pub mod verify;

@@ -20,7 +20,7 @@ use std::sync::{Mutex, OnceLock};
 use serde_json::{Map, Value};
 
 use super::{OpenMedModelSpec, endpoints, openapi_schema, rules};
-use crate::findings::quote;
+use crate::text::quote;
 
 /// One problem with a resource: the field and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -539,7 +539,7 @@ fn parse_namespace(text: &str) -> Result<String, String> {
     } else {
         Err(format!(
             "{} is not a valid namespace name: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters",
-            crate::findings::quote(text)
+            crate::text::quote(text)
         ))
     }
 }

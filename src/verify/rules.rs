@@ -510,7 +510,7 @@ fn failed_versions(change: &Change, status: &OpenMedModelStatus, findings: &mut 
         match (&restored, &refused) {
             (_, Some((bad, why))) => format!(
                 "{how} and the status says the operator restored {}, which is not a valid spec.version ({why}); no fix is suggested. Check the status file, then set spec.version to the version the cluster serves",
-                crate::findings::quote(bad)
+                crate::text::quote(bad)
             ),
             (Some(restored), None) => format!(
                 "{how} and the operator restored {restored:?}; Git still asks for {version:?}. Set spec.version to {restored:?} (line {}) so Git agrees with the cluster",
@@ -591,7 +591,7 @@ fn service_model_id(facts: &Facts, findings: &mut Vec<Finding>) {
             rule::NOT_A_SERVICE_MODEL_ID,
             format!(
                 "the OpenMed service accepts a model id of the form `model` or `org/model` (letters, digits, '.', '_', '-'), or a path that exists in its pod; {} is not an id, so unless it is such a path every new pod exits at start and the rollout fails",
-                crate::findings::quote(version)
+                crate::text::quote(version)
             ),
         )
         .resource(facts.key.to_string())

@@ -102,7 +102,7 @@ pub fn collect(
             Some(kind) => {
                 return Err(not_status(format!(
                     "a {} is neither an OpenMedModel nor a List of them",
-                    crate::findings::quote(kind)
+                    crate::text::quote(kind)
                 )));
             }
             None => return Err(not_status("an object without a kind".into())),

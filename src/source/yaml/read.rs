@@ -271,7 +271,7 @@ impl Reader {
                             line: key_line,
                             message: format!(
                                 "key {} is set twice{how}, first on line {first}: the API server refuses it (kubectl would keep one of them silently)",
-                                crate::findings::quote(&name)
+                                crate::text::quote(&name)
                             ),
                         });
                     }
@@ -341,7 +341,7 @@ fn merged_entries(value: Value) -> Result<Vec<(String, Value)>, String> {
                     if out.iter().any(|(seen, _)| *seen == k) {
                         return Err(format!(
                             "key {} comes from two mappings of the merge key `<<`: the API server refuses it",
-                            crate::findings::quote(&k)
+                            crate::text::quote(&k)
                         ));
                     }
                     out.push((k, v));

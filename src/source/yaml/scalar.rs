@@ -53,7 +53,7 @@ pub fn resolve(text: &str, style: Style, tag: Option<&str>) -> Result<Resolved, 
                 (want, got) => Err(format!(
                     "cannot decode !!{} `{}` as a !!{want}",
                     kind_name(&got),
-                    shorten(text)
+                    crate::text::shorten(text)
                 )),
             }
         }
@@ -61,15 +61,6 @@ pub fn resolve(text: &str, style: Style, tag: Option<&str>) -> Result<Resolved, 
         // scalar and other core tags: go-yaml keeps the text as a string.
         _ => Ok(Resolved::Str(text.to_owned())),
     }
-}
-
-/// A scalar's text for a message, cut when long.
-fn shorten(text: &str) -> String {
-    if text.chars().count() <= 120 {
-        return text.to_owned();
-    }
-    let start: String = text.chars().take(120).collect();
-    format!("{start}… ({} characters)", text.chars().count())
 }
 
 fn kind_name(value: &Resolved) -> &'static str {
