@@ -1,7 +1,8 @@
 //! Line numbers for field paths, so an error can point at the line to fix.
 //!
-//! `serde_yaml` gives values without positions, so a second, event-level
-//! pass with `saphyr-parser` records the line where each field path starts.
+//! The reader (`yaml::read`) builds values without positions, so a second,
+//! event-level pass with `saphyr-parser` records the line where each field
+//! path starts.
 //! The index only serves messages: if it cannot be built, messages simply
 //! lose their line numbers.
 
