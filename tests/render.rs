@@ -44,6 +44,16 @@ fn stderr(out: &Output) -> String {
     String::from_utf8(out.stderr.clone()).unwrap()
 }
 
+/// The Deployment in a `render -o json` list.
+fn deployment_in(list: &Value) -> &Value {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment in the output")
+}
+
 /// Exit `code`, nothing on stdout, and `message` on stderr.
 fn refused(out: &Output, code: i32, message: &str) {
     assert_eq!(out.status.code(), Some(code), "{}", stderr(out));
@@ -138,12 +148,7 @@ fn the_examples_hash_is_the_one_plan_computes() {
     let out = openmed_op(&["render", "-o", "json", "examples/openmed/"], None);
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list["kind"], "List");
-    let deployment = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["kind"] == "Deployment")
-        .unwrap();
+    let deployment = deployment_in(&list);
     let vector: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("tests/vectors/basic-v1.json")).unwrap(),
     )
@@ -669,13 +674,11 @@ fn numbers_are_read_as_the_api_server_reads_them() {
         );
         assert_eq!(out.status.code(), Some(0), "{value}: {}", stderr(&out));
         let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let deployment = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["kind"] == "Deployment")
-            .unwrap();
-        assert_eq!(deployment["spec"]["replicas"], replicas, "{value}");
+        assert_eq!(
+            deployment_in(&list)["spec"]["replicas"],
+            replicas,
+            "{value}"
+        );
     }
 }
 
