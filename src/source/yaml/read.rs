@@ -35,7 +35,7 @@ pub struct Error {
     pub message: String,
 }
 
-/// One document of a stream: `Null` for an empty one.
+/// The documents of a stream, in order: `Null` for an empty one.
 pub type Documents = Vec<Value>;
 
 /// A finished node: scalars keep their resolution until they land, because
@@ -124,7 +124,8 @@ impl Reader {
                         .as_deref()
                         .is_none_or(|t| t == "tag:yaml.org,2002:merge");
                 if merge && self.awaiting_key() {
-                    return self.merge_key(line);
+                    self.merge_key(line);
+                    return Ok(());
                 }
                 let resolved = scalar::resolve(&text, style, tag.as_deref())
                     .map_err(|m| self.fail(line, m))?;
@@ -187,15 +188,11 @@ impl Reader {
         )
     }
 
-    fn merge_key(&mut self, line: usize) -> Result<(), Error> {
-        if let Some(Collection {
-            kind: Kind::Map { key, .. },
-            ..
-        }) = self.stack.last_mut()
-        {
+    /// The key waiting for its value is the merge key `<<`.
+    fn merge_key(&mut self, line: usize) {
+        if let Some(Kind::Map { key, .. }) = self.stack.last_mut().map(|c| &mut c.kind) {
             *key = Some((String::new(), true, line));
         }
-        Ok(())
     }
 
     /// A node is complete: remember its anchor, then place it as a key, a
