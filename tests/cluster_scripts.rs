@@ -169,3 +169,87 @@ fn stop_stops_what_up_started_and_nothing_else() {
     stranger.kill().unwrap();
     stranger.wait().unwrap();
 }
+
+/// `down` removes the network namespaces a killed kubelet left behind (its
+/// process pods' and the node's), and the processes still inside them, but
+/// no namespace of another cluster. Needs root, as process pods do.
+#[test]
+fn down_sweeps_the_network_namespaces_of_its_cluster_only() {
+    let sandbox = Sandbox::new();
+    // Ports no real cluster here uses: 1 and 2 are privileged.
+    let ours = ["fk1-node", "fk1-7"];
+    let theirs = "fk2-7";
+    let ip = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().expect("ip runs");
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    for ns in ours.iter().chain([&theirs]) {
+        let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        ip(&["netns", "add", ns]);
+    }
+    let mut inside = Command::new("ip")
+        .args(["netns", "exec", "fk1-7", "sh", "-c", "sleep 300"])
+        .arg(sandbox.path("marker")) // its $0, for the sandbox's clean-up
+        .spawn()
+        .unwrap();
+    let pid = inside.id() as i32;
+    let start = std::time::Instant::now();
+    while !String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "pids", "fk1-7"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .split_whitespace()
+    .any(|p| p == pid.to_string())
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "the process entered the namespace"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let (ok, _, err) = sandbox.bash("APISERVER_PORT=1 cluster_sweep_netns");
+    let status = inside.wait().unwrap();
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let _ = Command::new("ip").args(["netns", "del", theirs]).output();
+    assert!(ok, "{err}");
+    assert!(
+        !status.success() && !alive(pid),
+        "the process inside was killed"
+    );
+    for ns in ours {
+        assert!(!left.iter().any(|n| n == ns), "{ns} is removed: {left:?}");
+    }
+    assert!(
+        left.iter().any(|n| n == theirs),
+        "another cluster's namespace stays: {left:?}"
+    );
+}
+
+/// The test kubelet's own unit tests (the environment, `$(VAR)`
+/// expansion, the crash back-off, the image map), in Go.
+#[test]
+fn the_test_kubelets_unit_tests_pass() {
+    let out = Command::new("go")
+        .args(["test", "-count=1", "./cmd/fake-kubelet"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster"))
+        .env("GOFLAGS", "-mod=readonly")
+        .output()
+        .expect("go runs");
+    assert!(
+        out.status.success(),
+        "go test ./cmd/fake-kubelet:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

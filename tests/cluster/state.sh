@@ -74,6 +74,28 @@ cluster_stop_all() {
 	for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
 		cluster_stop "${COMPONENTS[i]}"
 	done
+	cluster_sweep_netns
+}
+
+# cluster_netns_prefix: the prefix of the network namespaces the kubelet
+# makes for this cluster's process pods (one cluster per API server port).
+cluster_netns_prefix() { echo "fk${APISERVER_PORT:?}"; }
+
+# cluster_sweep_netns: removes the network namespaces a killed kubelet left
+# behind, and any process still inside them. A kubelet that stops cleanly
+# leaves none.
+cluster_sweep_netns() {
+	[ -n "${APISERVER_PORT:-}" ] && [ -d /run/netns ] || return 0
+	local prefix ns pid
+	prefix="$(cluster_netns_prefix)"
+	for ns in /run/netns/"$prefix"-*; do
+		[ -e "$ns" ] || continue
+		ns="${ns##*/}"
+		for pid in $(ip netns pids "$ns" 2>/dev/null); do
+			kill -KILL "$pid" 2>/dev/null || true
+		done
+		ip netns del "$ns" 2>/dev/null || log "could not remove network namespace $ns"
+	done
 }
 
 # cluster_launch NAME BINARY ARGS...: starts a detached process (own session,

@@ -1,7 +1,8 @@
 //! End-to-end tests on a real control plane: etcd, kube-apiserver and
-//! kube-controller-manager built from the Kubernetes sources, and a fake
-//! kubelet that runs no containers but makes pods Ready unless the model
-//! version they would preload is listed as unready (`tests/cluster`).
+//! kube-controller-manager built from the Kubernetes sources, and a test
+//! kubelet (`tests/cluster`) that simulates most pods (Ready unless the
+//! model version they would preload is listed as unready) and runs as
+//! processes the pods whose images are in its image map.
 //!
 //! The harness starts the control plane once (or reuses one started with
 //! `tests/cluster/up`), runs the tests in parallel, each in its own
@@ -16,6 +17,7 @@ mod env;
 mod faults;
 mod gitops;
 mod helm;
+mod kubelet;
 mod leader;
 mod operator;
 mod plugin;
@@ -40,6 +42,7 @@ fn main() {
     trials.extend(plugin::trials());
     trials.extend(helm::trials());
     trials.extend(render::trials());
+    trials.extend(kubelet::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);

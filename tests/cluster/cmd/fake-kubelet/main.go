@@ -1,12 +1,13 @@
 // Command fake-kubelet stands in for both the scheduler and the kubelet of
-// the end-to-end test cluster. It runs no containers. It
+// the end-to-end test cluster. It
 //
 //   - registers one Node that is Ready and keeps its status and Lease fresh;
 //   - binds every unscheduled pod to that Node;
-//   - reports every pod on the Node as Running, with container statuses and
-//     a pod IP, and Ready unless the pod's model version is listed as
-//     unready (see below);
-//   - finishes off pods that are being deleted (grace period 0).
+//   - runs a pod whose images are all in the image map as processes on this
+//     machine, each pod in a network namespace of its own (process.go);
+//   - simulates every other pod: reports it Running, with container
+//     statuses and a pod IP, and Ready unless the pod's model version is
+//     listed as unready (see below); finishes it off at once on deletion.
 //
 // Unready models: the ConfigMap kube-system/fake-kubelet, key "unready",
 // holds one model version per line (blank lines and lines starting with #
@@ -70,6 +71,11 @@ type options struct {
 	nodeName   string
 	podCIDR    string
 	unreadyCM  string
+	imagesCM   string
+	rootDir    string
+
+	netnsPrefix     string
+	maxRestartDelay time.Duration
 }
 
 func main() {
@@ -79,6 +85,10 @@ func main() {
 	flag.StringVar(&o.nodeName, "node-name", "fake-node", "name of the Node to register")
 	flag.StringVar(&o.podCIDR, "pod-cidr", "10.244.0.0/16", "range pod IPs are taken from (addresses are only reported, nothing listens on them)")
 	flag.StringVar(&o.unreadyCM, "unready-configmap", "kube-system/fake-kubelet", "namespace/name of the ConfigMap whose key \"unready\" lists unready model versions")
+	flag.StringVar(&o.imagesCM, "images-configmap", "kube-system/fake-kubelet-images", "namespace/name of the ConfigMap whose keys map images to the processes that run them (empty: no process pods)")
+	flag.StringVar(&o.rootDir, "root-dir", "", "folder for process pods' container logs (pods/NAMESPACE_NAME_UID/CONTAINER/RESTART.log); required for process pods")
+	flag.StringVar(&o.netnsPrefix, "netns-prefix", "", "prefix of the network namespaces made for process pods; unique per cluster on this machine (default: fake-kubelet-PID)")
+	flag.DurationVar(&o.maxRestartDelay, "max-container-restart-period", 300*time.Second, "longest crash back-off between restarts of a process container (the kubelet's maxContainerRestartPeriod)")
 	flag.Parse()
 	if o.kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "--kubeconfig is required")
@@ -113,6 +123,12 @@ type kubelet struct {
 	mu         sync.Mutex
 	decisions  map[types.UID]decision
 	kubeletVer string
+
+	imagesNS, imagesName string
+	rootDir              string
+	net                  *podNetwork
+	maxRestartDelay      time.Duration
+	workers              map[types.UID]*podWorker
 }
 
 func run(ctx context.Context, o options) error {
@@ -134,6 +150,24 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	var imagesNS, imagesName string
+	if o.imagesCM != "" {
+		if imagesNS, imagesName, ok = strings.Cut(o.imagesCM, "/"); !ok {
+			return fmt.Errorf("--images-configmap must be namespace/name, got %q", o.imagesCM)
+		}
+	}
+	if o.netnsPrefix == "" {
+		o.netnsPrefix = fmt.Sprintf("fake-kubelet-%d", os.Getpid())
+	}
+	network, err := newPodNetwork(o.netnsPrefix, o.podCIDR)
+	if err != nil {
+		return err
+	}
+	// Processes of an earlier run died with it (Pdeathsig); their
+	// namespaces may remain.
+	if os.Geteuid() == 0 {
+		network.removeAll()
+	}
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -151,6 +185,12 @@ func run(ctx context.Context, o options) error {
 		ipam:       pool,
 		decisions:  map[types.UID]decision{},
 		kubeletVer: version.Get().GitVersion,
+
+		imagesNS: imagesNS, imagesName: imagesName,
+		rootDir:         o.rootDir,
+		net:             network,
+		maxRestartDelay: o.maxRestartDelay,
+		workers:         map[types.UID]*podWorker{},
 	}
 	defer k.queue.ShutDown()
 
@@ -207,7 +247,27 @@ func run(ctx context.Context, o options) error {
 	<-ctx.Done()
 	k.queue.ShutDown()
 	wg.Wait()
+	k.stopWorkers()
+	if os.Geteuid() == 0 {
+		network.removeAll()
+	}
 	return nil
+}
+
+// stopWorkers stops every process pod's processes (as a node going down).
+func (k *kubelet) stopWorkers() {
+	k.mu.Lock()
+	var all []*podWorker
+	for _, w := range k.workers {
+		all = append(all, w)
+	}
+	k.mu.Unlock()
+	for _, w := range all {
+		w.cancel()
+	}
+	for _, w := range all {
+		<-w.done
+	}
 }
 
 func (k *kubelet) enqueue(obj interface{}) {
@@ -226,7 +286,13 @@ func (k *kubelet) forget(obj interface{}) {
 	}
 	k.mu.Lock()
 	delete(k.decisions, pod.UID)
+	w := k.workers[pod.UID]
 	k.mu.Unlock()
+	if w != nil {
+		// Removed from the API while it ran (a forced delete): stop it.
+		w.cancel()
+		<-w.done
+	}
 	k.ipam.release(pod.UID)
 	k.queue.Forget(pod.Namespace + "/" + pod.Name)
 	klog.V(2).InfoS("pod gone", "pod", klog.KObj(pod))
@@ -263,6 +329,10 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 		return err
 	}
 
+	if w := k.workerFor(pod.UID); w != nil {
+		w.update(pod)
+		return nil
+	}
 	switch {
 	case pod.DeletionTimestamp != nil:
 		return k.finishDeletion(ctx, pod)
@@ -274,8 +344,31 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 		return nil
 	}
 
+	if ranAsProcesses(pod) {
+		imgs, err := k.readImageMap(ctx)
+		if err != nil {
+			return err
+		}
+		found, _, _ := imgs.processImages(pod)
+		k.startWorker(pod, found, true)
+		return nil
+	}
 	d, known := k.decisionFor(pod)
 	if !known {
+		imgs, err := k.readImageMap(ctx)
+		if err != nil {
+			klog.ErrorS(err, "reading the image map")
+			return err
+		}
+		found, process, err := imgs.processImages(pod)
+		if err != nil {
+			k.recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+			return k.updateStatus(ctx, pod, k.waitingStatusReason(pod, "ErrImageNeverPull", err.Error()))
+		}
+		if process {
+			k.startWorker(pod, found, false)
+			return nil
+		}
 		model, err := k.modelOf(ctx, pod)
 		if err != nil {
 			var cfgErr *configError
@@ -508,6 +601,10 @@ func (k *kubelet) baseStatus(pod *v1.Pod) v1.PodStatus {
 }
 
 func (k *kubelet) waitingStatus(pod *v1.Pod, msg string) v1.PodStatus {
+	return k.waitingStatusReason(pod, "CreateContainerConfigError", msg)
+}
+
+func (k *kubelet) waitingStatusReason(pod *v1.Pod, reason, msg string) v1.PodStatus {
 	s := k.baseStatus(pod)
 	s.Phase = v1.PodPending
 	setCondition(&s, v1.PodScheduled, true, "")
@@ -518,7 +615,7 @@ func (k *kubelet) waitingStatus(pod *v1.Pod, msg string) v1.PodStatus {
 		s.ContainerStatuses = append(s.ContainerStatuses, v1.ContainerStatus{
 			Name:  c.Name,
 			Image: c.Image,
-			State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: msg}},
+			State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: reason, Message: msg}},
 		})
 	}
 	return s
@@ -566,11 +663,10 @@ func containerStatuses(pod *v1.Pod, spec []v1.Container, old []v1.ContainerStatu
 				startedAt = o.State.Running.StartedAt
 			}
 		}
-		sum := sha256.Sum256([]byte(c.Image))
 		cs := v1.ContainerStatus{
 			Name:        c.Name,
 			Image:       c.Image,
-			ImageID:     fmt.Sprintf("%s@sha256:%x", strings.SplitN(c.Image, ":", 2)[0], sum),
+			ImageID:     imageID(c.Image),
 			ContainerID: fmt.Sprintf("fake://%x", sha256.Sum256([]byte(string(pod.UID)+"/"+c.Name))),
 			Ready:       ready,
 			Started:     ptr(true),
@@ -599,6 +695,10 @@ func containerStatuses(pod *v1.Pod, spec []v1.Container, old []v1.ContainerStatu
 		out = append(out, cs)
 	}
 	return out
+}
+
+func imageID(image string) string {
+	return fmt.Sprintf("%s@sha256:%x", strings.SplitN(image, ":", 2)[0], sha256.Sum256([]byte(image)))
 }
 
 func findCondition(conds []v1.PodCondition, t v1.PodConditionType) *v1.PodCondition {

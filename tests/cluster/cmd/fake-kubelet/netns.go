@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+)
+
+// The pod network of process pods. The API server refuses loopback
+// addresses in EndpointSlices, so pods get addresses from the pod CIDR, and
+// those addresses exist only inside network namespaces this kubelet makes:
+//
+//   - the node namespace "<prefix>-node" holds a bridge with the CIDR's
+//     first address (the pods' default gateway);
+//   - each process pod gets its own namespace "<prefix>-<n>" (n the
+//     address's offset in the CIDR) with eth0 on that bridge.
+//
+// Nothing is routed to or from the machine's own network. The kubelet
+// reaches pods (probes, hostPort) with sockets it opens inside the node
+// namespace; a container port with a hostPort is forwarded from
+// 127.0.0.1:hostPort, the node's address. All of it is removed when the
+// pod goes and when the kubelet stops; `tests/cluster/down` removes what a
+// killed kubelet left behind.
+type podNetwork struct {
+	prefix  string
+	cidr    *net.IPNet
+	gateway net.IP
+	mu      sync.Mutex
+	ready   bool
+	dials   chan dialRequest
+}
+
+func newPodNetwork(prefix string, cidr string) (*podNetwork, error) {
+	_, n, err := net.ParseCIDR(cidr)
+	if err != nil {
+		return nil, err
+	}
+	if n.IP.To4() == nil {
+		return nil, errors.New("process pods need an IPv4 pod CIDR")
+	}
+	gw := make(net.IP, 4)
+	copy(gw, n.IP.To4())
+	gw[3]++
+	return &podNetwork{prefix: prefix, cidr: n, gateway: gw}, nil
+}
+
+func (n *podNetwork) nodeNS() string { return n.prefix + "-node" }
+
+func (n *podNetwork) podNS(ip string) string {
+	off := binary.BigEndian.Uint32(net.ParseIP(ip).To4()) - binary.BigEndian.Uint32(n.cidr.IP.To4())
+	return fmt.Sprintf("%s-%d", n.prefix, off)
+}
+
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func nsExists(name string) bool {
+	_, err := os.Stat("/run/netns/" + name)
+	return err == nil
+}
+
+// ensureNode makes the node namespace and its bridge once, and starts the
+// threads that open sockets inside it.
+func (n *podNetwork) ensureNode() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ready {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("process pods need root: their network namespaces are made with ip netns")
+	}
+	node := n.nodeNS()
+	if nsExists(node) {
+		_ = ipCmd("netns", "del", node) // left by a kubelet that was killed
+	}
+	ones, _ := n.cidr.Mask.Size()
+	steps := [][]string{
+		{"netns", "add", node},
+		{"-n", node, "link", "set", "lo", "up"},
+		{"-n", node, "link", "add", "br0", "type", "bridge"},
+		{"-n", node, "addr", "add", fmt.Sprintf("%s/%d", n.gateway, ones), "dev", "br0"},
+		{"-n", node, "link", "set", "br0", "up"},
+	}
+	for _, s := range steps {
+		if err := ipCmd(s...); err != nil {
+			return err
+		}
+	}
+	n.dials = make(chan dialRequest)
+	for range 4 {
+		ready := make(chan error, 1)
+		go n.dialThread(ready)
+		if err := <-ready; err != nil {
+			return err
+		}
+	}
+	n.ready = true
+	klog.InfoS("pod network ready", "namespace", node, "gateway", n.gateway.String(), "cidr", n.cidr.String())
+	return nil
+}
+
+// addPod makes the pod's namespace with eth0 at ip.
+func (n *podNetwork) addPod(ip string) (string, error) {
+	if err := n.ensureNode(); err != nil {
+		return "", err
+	}
+	ns := n.podNS(ip)
+	if nsExists(ns) {
+		_ = ipCmd("netns", "del", ns)
+	}
+	ones, _ := n.cidr.Mask.Size()
+	veth := "v" + strings.TrimPrefix(ns, n.prefix+"-")
+	steps := [][]string{
+		{"netns", "add", ns},
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", n.nodeNS(), "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"-n", n.nodeNS(), "link", "set", veth, "master", "br0", "up"},
+		{"-n", ns, "addr", "add", fmt.Sprintf("%s/%d", ip, ones), "dev", "eth0"},
+		{"-n", ns, "link", "set", "eth0", "up"},
+		{"-n", ns, "route", "add", "default", "via", n.gateway.String()},
+	}
+	for _, s := range steps {
+		if err := ipCmd(s...); err != nil {
+			_ = ipCmd("netns", "del", ns)
+			return "", err
+		}
+	}
+	return ns, nil
+}
+
+func (n *podNetwork) removePod(ns string) {
+	if ns == "" || !nsExists(ns) {
+		return
+	}
+	if err := ipCmd("netns", "del", ns); err != nil {
+		klog.ErrorS(err, "removing pod network namespace", "namespace", ns)
+	}
+}
+
+// removeAll removes the node namespace and every pod namespace of this
+// prefix (at shutdown, after the processes are gone).
+func (n *podNetwork) removeAll() {
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), n.prefix+"-") {
+			_ = ipCmd("netns", "del", e.Name())
+		}
+	}
+}
+
+// execIn is the command line that runs argv inside a pod's namespace.
+func execIn(ns string, argv []string) []string {
+	return append([]string{"ip", "netns", "exec", ns}, argv...)
+}
+
+type dialRequest struct {
+	ctx     context.Context
+	network string
+	addr    string
+	reply   chan dialResult
+}
+
+type dialResult struct {
+	conn net.Conn
+	err  error
+}
+
+// dialThread is a goroutine locked to an OS thread that has entered the
+// node namespace: a socket belongs to the namespace of the thread that
+// opened it, so connections opened here reach pod addresses. The thread
+// never leaves the namespace and never runs anything else.
+func (n *podNetwork) dialThread(ready chan<- error) {
+	runtime.LockOSThread()
+	f, err := os.Open("/run/netns/" + n.nodeNS())
+	if err == nil {
+		err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
+		f.Close()
+	}
+	ready <- err
+	if err != nil {
+		return // the locked thread exits with this goroutine
+	}
+	for req := range n.dials {
+		var d net.Dialer
+		c, err := d.DialContext(req.ctx, req.network, req.addr)
+		req.reply <- dialResult{c, err}
+	}
+}
+
+// dial opens a connection to a pod address from the node namespace.
+func (n *podNetwork) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if err := n.ensureNode(); err != nil {
+		return nil, err
+	}
+	reply := make(chan dialResult, 1)
+	select {
+	case n.dials <- dialRequest{ctx, network, addr, reply}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	r := <-reply
+	return r.conn, r.err
+}
+
+// forward accepts on a host address and copies each connection to a pod
+// address, until ctx ends.
+func (n *podNetwork) forward(ctx context.Context, listen, target string) error {
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		l.Close()
+	}()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				p, err := n.dial(dctx, "tcp", target)
+				cancel()
+				if err != nil {
+					klog.V(2).InfoS("hostPort: cannot reach pod", "target", target, "err", err)
+					return
+				}
+				defer p.Close()
+				pipe(c, p)
+			}()
+		}
+	}()
+	return nil
+}
+
+// pipe copies both ways, passing on each side's end of stream.
+func pipe(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	half := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if tc, ok := dst.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go half(a, b)
+	go half(b, a)
+	<-done
+	<-done
+}
