@@ -46,6 +46,10 @@ pub fn trials() -> Vec<Trial> {
             init_containers_run_to_completion_first,
         ),
         trial(
+            "kubelet::volumes_and_hosts_are_mounted_where_the_spec_says",
+            volumes_and_hosts_are_mounted_where_the_spec_says,
+        ),
+        trial(
             "kubelet::config_is_read_at_container_start_and_mixed_images_are_refused",
             config_is_read_at_container_start_and_mixed_images_are_refused,
         ),
@@ -737,6 +741,99 @@ fn config_is_read_at_container_start_and_mixed_images_are_refused() {
             message.contains("sim (registry.example/not-mapped:1)"),
             "{message}"
         );
+        e.done().await;
+    });
+}
+
+fn volumes_and_hosts_are_mounted_where_the_spec_says() {
+    block_on(async {
+        let e = env("kubelet-volumes").await;
+        let cms: Api<ConfigMap> = Api::namespaced(e.client.clone(), &e.ns.name);
+        let cm = serde_json::from_value(json!({
+            "metadata": {"name": "conf"}, "data": {"greeting": "hello from a volume"},
+        }))
+        .unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(e.client.clone(), &e.ns.name);
+        let secret = serde_json::from_value(json!({
+            "metadata": {"name": "tls"}, "stringData": {"tls.crt": "CERTIFICATE"},
+        }))
+        .unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+        let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+        // Paths that do not exist on this machine (/certs, /etc/e2e-config,
+        // /scratch), one that does (/podinfo is made), and the token every
+        // pod gets.
+        let reader = format!(
+            "cat /certs/tls.crt; echo; cat /etc/e2e-config/greeting; echo; \
+             cat /podinfo/name; echo; cat /podinfo/labels; cat /etc/hosts; \
+             test -s {sa}/token && echo token-present; cat {sa}/namespace; echo; \
+             grep -c BEGIN {sa}/ca.crt; echo shared > /scratch/from-reader; exec sleep 1000"
+        );
+        e.create_pod(json!({
+            "metadata": {"name": "vols", "labels": {"app": "vols"}},
+            "spec": {
+                "hostAliases": [{"ip": "10.244.0.1", "hostnames": ["xds.e2e.test"]}],
+                "volumes": [
+                    {"name": "conf", "configMap": {"name": "conf"}},
+                    {"name": "tls", "secret": {"secretName": "tls"}},
+                    {"name": "scratch", "emptyDir": {}},
+                    {"name": "info", "downwardAPI": {"items": [
+                        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                    ]}},
+                ],
+                "containers": [
+                    {"name": "reader", "image": SH, "args": [reader],
+                     "volumeMounts": [
+                        {"name": "conf", "mountPath": "/etc/e2e-config"},
+                        {"name": "tls", "mountPath": "/certs", "readOnly": true},
+                        {"name": "scratch", "mountPath": "/scratch"},
+                        {"name": "info", "mountPath": "/podinfo"},
+                     ]},
+                    // Sees the reader's file through the shared emptyDir,
+                    // from an exec probe run in its own mount namespace.
+                    {"name": "peer", "image": SH, "args": ["exec sleep 1000"],
+                     "volumeMounts": [{"name": "scratch", "mountPath": "/data"}],
+                     "readinessProbe": {"exec": {"command": ["test", "-f", "/data/from-reader"]},
+                                        "periodSeconds": 1}},
+                ],
+            },
+        }))
+        .await;
+        let pod = e
+            .wait_pod("vols", "both containers ready", |p| {
+                condition(p, "Ready") == "True"
+            })
+            .await;
+        let ip = pod["status"]["podIP"].as_str().unwrap().to_owned();
+        let log = e.log(&pod, "reader", 0);
+        for line in [
+            "CERTIFICATE".to_owned(),
+            "hello from a volume".into(),
+            "vols".into(),
+            "app=\"vols\"".into(),
+            format!("{ip}\tvols"),
+            "10.244.0.1\txds.e2e.test".into(),
+            "token-present".into(),
+            e.ns.name.clone(),
+            "1".into(),
+        ] {
+            assert!(
+                log.lines().any(|l| l == line),
+                "the reader's log has {line:?}:\n{log}"
+            );
+        }
+        for path in ["/certs", "/scratch", "/podinfo", "/etc/e2e-config"] {
+            assert!(
+                !std::path::Path::new(path).exists(),
+                "{path} exists only in the pod, not on this machine"
+            );
+        }
         e.done().await;
     });
 }

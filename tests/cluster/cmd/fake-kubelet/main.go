@@ -79,6 +79,9 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "container-init" {
+		containerInit(os.Args[2:]) // does not return
+	}
 	var o options
 	klog.InitFlags(nil)
 	flag.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of an identity allowed to manage nodes and pods (required)")
@@ -126,6 +129,7 @@ type kubelet struct {
 
 	imagesNS, imagesName string
 	rootDir              string
+	selfExe              string
 	net                  *podNetwork
 	maxRestartDelay      time.Duration
 	workers              map[types.UID]*podWorker
@@ -163,6 +167,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
 	// Processes of an earlier run died with it (Pdeathsig); their
 	// namespaces may remain.
 	if os.Geteuid() == 0 {
@@ -188,6 +196,7 @@ func run(ctx context.Context, o options) error {
 
 		imagesNS: imagesNS, imagesName: imagesName,
 		rootDir:         o.rootDir,
+		selfExe:         self,
 		net:             network,
 		maxRestartDelay: o.maxRestartDelay,
 		workers:         map[types.UID]*podWorker{},
@@ -366,6 +375,9 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 			return k.updateStatus(ctx, pod, k.waitingStatusReason(pod, "ErrImageNeverPull", err.Error()))
 		}
 		if process {
+			if k.rootDir == "" {
+				return k.updateStatus(ctx, pod, k.waitingStatusReason(pod, "CreateContainerError", "this kubelet runs process pods only with --root-dir"))
+			}
 			k.startWorker(pod, found, false)
 			return nil
 		}

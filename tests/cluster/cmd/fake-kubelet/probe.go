@@ -26,24 +26,24 @@ import (
 // probeContainer runs the startup probe until it passes, then the
 // readiness and liveness probes, each reporting only when its result
 // changes (or, for liveness, when it fails for good).
-func (w *podWorker) probeContainer(ctx context.Context, c v1.Container, gen int, env []string) {
+func (w *podWorker) probeContainer(ctx context.Context, c v1.Container, gen, pid int, env []string) {
 	if c.StartupProbe != nil {
-		if !w.probeLoop(ctx, c, gen, env, "Startup", c.StartupProbe) {
+		if !w.probeLoop(ctx, c, gen, pid, env, "Startup", c.StartupProbe) {
 			return
 		}
 		w.send(probeEvent{name: c.Name, gen: gen, kind: "Startup", ok: true})
 	}
 	if c.ReadinessProbe != nil {
-		go w.probeLoop(ctx, c, gen, env, "Readiness", c.ReadinessProbe)
+		go w.probeLoop(ctx, c, gen, pid, env, "Readiness", c.ReadinessProbe)
 	}
 	if c.LivenessProbe != nil {
-		go w.probeLoop(ctx, c, gen, env, "Liveness", c.LivenessProbe)
+		go w.probeLoop(ctx, c, gen, pid, env, "Liveness", c.LivenessProbe)
 	}
 }
 
 // probeLoop returns true when a startup probe passed; false when the
 // context ended or a startup or liveness probe failed for good.
-func (w *podWorker) probeLoop(ctx context.Context, c v1.Container, gen int, env []string, kind string, p *v1.Probe) bool {
+func (w *podWorker) probeLoop(ctx context.Context, c v1.Container, gen, pid int, env []string, kind string, p *v1.Probe) bool {
 	period := seconds(p.PeriodSeconds, 10)
 	timeout := seconds(p.TimeoutSeconds, 1)
 	successThreshold, failureThreshold := orDefault(p.SuccessThreshold, 1), orDefault(p.FailureThreshold, 3)
@@ -54,7 +54,7 @@ func (w *podWorker) probeLoop(ctx context.Context, c v1.Container, gen int, env 
 	reported := "" // "ok" or "fail", for readiness
 	for {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
-		err := w.probeOnce(pctx, c, env, p.ProbeHandler)
+		err := w.probeOnce(pctx, c, pid, env, p.ProbeHandler)
 		cancel()
 		if ctx.Err() != nil {
 			return false
@@ -122,7 +122,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (w *podWorker) probeOnce(ctx context.Context, c v1.Container, env []string, h v1.ProbeHandler) error {
+func (w *podWorker) probeOnce(ctx context.Context, c v1.Container, pid int, env []string, h v1.ProbeHandler) error {
 	switch {
 	case h.HTTPGet != nil:
 		return w.httpGet(ctx, c, h.HTTPGet)
@@ -141,7 +141,7 @@ func (w *podWorker) probeOnce(ctx context.Context, c v1.Container, env []string,
 		}
 		return conn.Close()
 	case h.Exec != nil:
-		return w.execIn(ctx, env, h.Exec.Command)
+		return execInContainer(ctx, pid, env, h.Exec.Command)
 	case h.GRPC != nil:
 		return errors.New("grpc probes are not supported by this kubelet")
 	}
@@ -149,10 +149,10 @@ func (w *podWorker) probeOnce(ctx context.Context, c v1.Container, env []string,
 }
 
 // runHandler runs a lifecycle hook (preStop) to completion or ctx's end.
-func (w *podWorker) runHandler(ctx context.Context, c v1.Container, env []string, h *v1.LifecycleHandler) error {
+func (w *podWorker) runHandler(ctx context.Context, c v1.Container, pid int, env []string, h *v1.LifecycleHandler) error {
 	switch {
 	case h.Exec != nil:
-		return w.execIn(ctx, env, h.Exec.Command)
+		return execInContainer(ctx, pid, env, h.Exec.Command)
 	case h.HTTPGet != nil:
 		return w.httpGet(ctx, c, h.HTTPGet)
 	case h.Sleep != nil:
@@ -166,11 +166,13 @@ func (w *podWorker) runHandler(ctx context.Context, c v1.Container, env []string
 	return nil
 }
 
-func (w *podWorker) execIn(ctx context.Context, env []string, command []string) error {
+// execInContainer runs a command where the container's process runs: its
+// network and mount namespaces, root and working directory.
+func execInContainer(ctx context.Context, pid int, env []string, command []string) error {
 	if len(command) == 0 {
 		return errors.New("exec: no command")
 	}
-	line := execIn(w.netns, command)
+	line := append([]string{"nsenter", "--target", strconv.Itoa(pid), "--mount", "--net", "--root", "--wd", "--"}, command...)
 	cmd := exec.CommandContext(ctx, line[0], line[1:]...)
 	cmd.Env = env
 	cmd.Dir = "/"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -94,7 +95,8 @@ type podWorker struct {
 
 	ip, netns string
 	dir       string
-	ctrs      []*procContainer // init containers first
+	volumes   map[string]string // volume name → its folder
+	ctrs      []*procContainer  // init containers first
 	forwards  context.CancelFunc
 	setupErr  string
 	setupAt   time.Time
@@ -237,6 +239,9 @@ func (w *podWorker) setup(ctx context.Context) error {
 		}
 		w.ip = ip
 	}
+	if err := w.prepareVolumes(ctx); err != nil {
+		return err
+	}
 	ns, err := w.k.net.addPod(w.ip)
 	if err != nil {
 		return err
@@ -255,11 +260,6 @@ func (w *podWorker) setup(ctx context.Context) error {
 				return fmt.Errorf("hostPort %d of container %s: %w", p.HostPort, c.spec.Name, err)
 			}
 		}
-	}
-	if err := os.MkdirAll(w.dir, 0o755); err != nil {
-		cancel()
-		w.k.net.removePod(ns)
-		return err
 	}
 	w.netns, w.forwards = ns, cancel
 	return nil
@@ -292,8 +292,13 @@ func (w *podWorker) step(ctx context.Context) {
 		}
 		if err := w.setup(ctx); err != nil {
 			w.setupErr = err.Error()
-			w.setupAt = now.Add(5 * time.Second)
-			w.k.recorder.Eventf(w.pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			w.setupAt = now.Add(2 * time.Second)
+			var cfgErr *configError
+			if errors.As(err, &cfgErr) {
+				w.k.recorder.Eventf(w.pod, v1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed: %v", err)
+			} else {
+				w.k.recorder.Eventf(w.pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			}
 			return
 		}
 		w.setupErr, w.setupAt = "", time.Time{}
@@ -348,6 +353,11 @@ func (w *podWorker) start(ctx context.Context, c *procContainer) {
 		fail("CreateContainerError", "no command specified")
 		return
 	}
+	mounts, err := w.mountsOf(&c.spec, own)
+	if err != nil {
+		fail("CreateContainerConfigError", err.Error())
+		return
+	}
 	logDir := filepath.Join(w.dir, c.spec.Name)
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		fail("CreateContainerError", err.Error())
@@ -369,9 +379,24 @@ func (w *podWorker) start(ctx context.Context, c *procContainer) {
 	if dir == "" {
 		dir = "/"
 	}
-	line := execIn(w.netns, args)
+	spec, err := json.Marshal(initSpec{
+		Mounts:  mounts,
+		Scratch: filepath.Join(logDir, fmt.Sprintf("scratch-%d", c.restarts)),
+		Dir:     dir,
+		Argv:    args,
+	})
+	specPath := filepath.Join(logDir, fmt.Sprintf("init-%d.json", c.restarts))
+	if err == nil {
+		err = os.WriteFile(specPath, spec, 0o644)
+	}
+	if err != nil {
+		logFile.Close()
+		fail("CreateContainerError", err.Error())
+		return
+	}
+	line := execIn(w.netns, []string{w.k.selfExe, "container-init", specPath})
 	cmd := exec.Command(line[0], line[1:]...)
-	cmd.Env, cmd.Dir = env, dir
+	cmd.Env, cmd.Dir = env, "/"
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, so a signal reaches everything it started;
 	// and it dies with this kubelet, as containers do with their node.
@@ -409,7 +434,7 @@ func (w *podWorker) start(ctx context.Context, c *procContainer) {
 	pctx, cancel := context.WithCancel(ctx)
 	c.stopProbe = cancel
 	if !c.isInit {
-		go w.probeContainer(pctx, c.spec, gen, env)
+		go w.probeContainer(pctx, c.spec, gen, cmd.Process.Pid, env)
 	}
 }
 
@@ -599,7 +624,7 @@ func (w *podWorker) beginDeletion() {
 		go func() {
 			if spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil {
 				ctx, cancel := context.WithDeadline(context.Background(), deadline)
-				if err := w.runHandler(ctx, spec, env, spec.Lifecycle.PreStop); err != nil {
+				if err := w.runHandler(ctx, spec, pid, env, spec.Lifecycle.PreStop); err != nil {
 					w.k.recorder.Eventf(w.pod, v1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
 				}
 				cancel()

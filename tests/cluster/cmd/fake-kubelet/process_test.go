@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -227,5 +229,58 @@ func TestPodNamespacesAreNamedByAddress(t *testing.T) {
 		if got := n.podNS(ip); got != want {
 			t.Errorf("podNS(%s) = %s, want %s", ip, got, want)
 		}
+	}
+}
+
+func TestHostsFileHasThePodAndItsAliases(t *testing.T) {
+	w := &podWorker{ip: "10.244.0.9", pod: &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "envoy-abc"},
+		Spec:       v1.PodSpec{HostAliases: []v1.HostAlias{{IP: "10.244.0.1", Hostnames: []string{"envoy-gateway", "envoy-gateway.envoy-gateway-system.svc.cluster.local"}}}},
+	}}
+	got := w.hostsFile()
+	for _, line := range []string{"127.0.0.1\tlocalhost", "10.244.0.9\tenvoy-abc", "10.244.0.1\tenvoy-gateway\tenvoy-gateway.envoy-gateway-system.svc.cluster.local"} {
+		if !strings.Contains(got, line+"\n") {
+			t.Errorf("no %q in\n%s", line, got)
+		}
+	}
+}
+
+func TestDownwardAPIFilesFormatMapsAsTheKubeletDoes(t *testing.T) {
+	got := formatMap(map[string]string{"b": "two words", "a": `q"uote`})
+	if want := "a=\"q\\\"uote\"\nb=\"two words\"\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestVolumeKeysAreWrittenWithTheirModesAndPaths(t *testing.T) {
+	dir := t.TempDir()
+	data := map[string]string{"tls.crt": "CERT", "tls.key": "KEY"}
+	get := func(string) (map[string]string, error) { return data, nil }
+	mode := int32(0o600)
+	if err := writeKeys(dir, get, "secret", "envoy", []v1.KeyToPath{{Key: "tls.key", Path: "keys/tls.key", Mode: &mode}}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(filepath.Join(dir, "keys/tls.key"))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("item path and mode: %v %v", info, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tls.crt")); err == nil {
+		t.Error("items select keys: tls.crt should not be there")
+	}
+	err = writeKeys(dir, get, "secret", "envoy", []v1.KeyToPath{{Key: "x", Path: "../escape"}}, nil, nil)
+	if err == nil {
+		t.Error("a missing key is an error")
+	}
+	data["x"] = "v"
+	if err := writeKeys(dir, get, "secret", "envoy", []v1.KeyToPath{{Key: "x", Path: "../escape"}}, nil, nil); err == nil {
+		t.Error("a path out of the volume is refused")
+	}
+	none := func(string) (map[string]string, error) { return nil, nil }
+	opt := true
+	if err := writeKeys(dir, none, "configmap", "gone", nil, &opt, nil); err != nil {
+		t.Errorf("an optional missing ConfigMap is fine: %v", err)
+	}
+	if err := writeKeys(dir, none, "configmap", "gone", nil, nil, nil); err == nil || err.Error() != `configmap "gone" not found` {
+		t.Errorf("a missing ConfigMap: %v", err)
 	}
 }

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// container-init: the first program of every process container. The
+// kubelet starts it inside the pod's network namespace as
+//
+//	ip netns exec <pod namespace> fake-kubelet container-init SPEC.json
+//
+// and it makes the container's view of the filesystem before it executes
+// the container's command in its place (same pid): a mount namespace of its
+// own in which every volume is bind-mounted at its mountPath and the pod's
+// /etc/hosts over the machine's. Everything else is the machine's own
+// filesystem, writable as it is. A mountPath that does not exist (/certs)
+// is made without touching the machine: its nearest existing parent is
+// shadowed by a tmpfs holding bind mounts of that parent's entries, plus
+// the new one.
+
+type initSpec struct {
+	Mounts []initMount `json:"mounts"`
+	// Scratch is a folder of the pod's where shadows are mounted.
+	Scratch string   `json:"scratch"`
+	Dir     string   `json:"dir"`
+	Argv    []string `json:"argv"`
+}
+
+type initMount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
+}
+
+func containerInit(args []string) {
+	fail := func(format string, a ...any) {
+		fmt.Fprintf(os.Stderr, "container-init: "+format+"\n", a...)
+		os.Exit(128)
+	}
+	if len(args) != 1 {
+		fail("usage: fake-kubelet container-init SPEC.json")
+	}
+	raw, err := os.ReadFile(args[0])
+	if err != nil {
+		fail("%v", err)
+	}
+	var spec initSpec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		fail("%s: %v", args[0], err)
+	}
+	if len(spec.Argv) == 0 {
+		fail("no command")
+	}
+	// Mount namespaces belong to threads: all of this, and the exec, on one.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		fail("unshare: %v", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		fail("making mounts private: %v", err)
+	}
+	fs := &shadowFS{scratch: spec.Scratch, shadowed: map[string]bool{}}
+	// Parents before children, so a mount inside another volume lands on it.
+	sort.SliceStable(spec.Mounts, func(i, j int) bool {
+		return depth(spec.Mounts[i].Target) < depth(spec.Mounts[j].Target)
+	})
+	for _, m := range spec.Mounts {
+		info, err := os.Stat(m.Source)
+		if err != nil {
+			fail("volume source: %v", err)
+		}
+		target, err := fs.mountpoint(m.Target, info.IsDir())
+		if err != nil {
+			fail("mountPath %s: %v", m.Target, err)
+		}
+		if err := unix.Mount(m.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			fail("mounting %s at %s: %v", m.Source, m.Target, err)
+		}
+		if m.ReadOnly {
+			if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+				fail("making %s read-only: %v", m.Target, err)
+			}
+		}
+	}
+	dir := spec.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	if err := os.Chdir(dir); err != nil {
+		fail("workingDir: %v", err)
+	}
+	path, err := exec.LookPath(spec.Argv[0])
+	if err != nil {
+		fail("%v", err)
+	}
+	err = syscall.Exec(path, spec.Argv, os.Environ())
+	fail("exec %s: %v", path, err)
+}
+
+func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
+
+type shadowFS struct {
+	scratch  string
+	n        int
+	shadowed map[string]bool
+}
+
+// mountpoint returns where to mount for target, making it (a directory, or
+// an empty file) if it does not exist. Symlinks on the way are followed.
+func (fs *shadowFS) mountpoint(target string, dir bool) (string, error) {
+	parts := strings.Split(strings.Trim(filepath.Clean(target), "/"), "/")
+	cur := "/"
+	for i, p := range parts {
+		if p == "" {
+			continue
+		}
+		next := filepath.Join(cur, p)
+		if _, err := os.Lstat(next); err == nil {
+			real, err := filepath.EvalSymlinks(next)
+			if err != nil {
+				return "", err
+			}
+			cur = real
+			continue
+		}
+		if !fs.shadowed[cur] {
+			if err := fs.shadow(cur); err != nil {
+				return "", fmt.Errorf("shadowing %s: %w", cur, err)
+			}
+		}
+		// Everything from here on is new, on the shadow's tmpfs.
+		made := filepath.Join(append([]string{cur}, parts[i:]...)...)
+		parent := made
+		if !dir {
+			parent = filepath.Dir(made)
+		}
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return "", err
+		}
+		// New folders are on the tmpfs already: more can be made in them.
+		for d := parent; strings.HasPrefix(d, cur) && d != cur; d = filepath.Dir(d) {
+			fs.shadowed[d] = true
+		}
+		if !dir {
+			f, err := os.OpenFile(made, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return "", err
+			}
+			f.Close()
+		}
+		return made, nil
+	}
+	return cur, nil
+}
+
+// shadow puts a tmpfs over dir that holds the same entries (bind mounts of
+// the originals, symlinks copied), so new entries can be made in it while
+// the existing ones stay the machine's.
+func (fs *shadowFS) shadow(dir string) error {
+	fs.n++
+	s := filepath.Join(fs.scratch, fmt.Sprintf("shadow-%d", fs.n))
+	if err := os.MkdirAll(s, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", s, "tmpfs", 0, "mode=755"); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		src, dst := filepath.Join(dir, e.Name()), filepath.Join(s, e.Name())
+		info, err := os.Lstat(src)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		switch {
+		case info.Mode()&os.ModeSymlink != 0:
+			link, err := os.Readlink(src)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(link, dst); err != nil {
+				return err
+			}
+			continue
+		case info.IsDir():
+			if err := os.Mkdir(dst, info.Mode().Perm()); err != nil {
+				return err
+			}
+		default:
+			f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			f.Close()
+		}
+		if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", src, err)
+		}
+	}
+	if dir == "/" {
+		// The root itself: move the shadow there and enter it, as
+		// switch_root does.
+		if err := os.Chdir(s); err != nil {
+			return err
+		}
+		if err := unix.Mount(s, "/", "", unix.MS_MOVE, ""); err != nil {
+			return fmt.Errorf("moving the shadow to /: %w", err)
+		}
+		if err := unix.Chroot("."); err != nil {
+			return err
+		}
+		if err := os.Chdir("/"); err != nil {
+			return err
+		}
+	} else if err := unix.Mount(s, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	fs.shadowed[dir] = true
+	return nil
+}
