@@ -50,6 +50,10 @@ pub fn trials() -> Vec<Trial> {
             volumes_and_hosts_are_mounted_where_the_spec_says,
         ),
         trial(
+            "kubelet::pods_reach_listed_node_ports_at_their_gateway",
+            pods_reach_listed_node_ports_at_their_gateway,
+        ),
+        trial(
             "kubelet::config_is_read_at_container_start_and_mixed_images_are_refused",
             config_is_read_at_container_start_and_mixed_images_are_refused,
         ),
@@ -834,6 +838,72 @@ fn volumes_and_hosts_are_mounted_where_the_spec_says() {
                 "{path} exists only in the pod, not on this machine"
             );
         }
+        e.done().await;
+    });
+}
+
+fn pods_reach_listed_node_ports_at_their_gateway() {
+    block_on(async {
+        let e = env("kubelet-node").await;
+        // A service of this machine, on loopback: it answers one line.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = std::thread::spawn(move || {
+            use std::io::Write;
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.write_all(b"hello from the node\n").unwrap();
+        });
+        let api: Api<ConfigMap> = Api::namespaced(e.client.clone(), "kube-system");
+        let node = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "fake-kubelet-node", "namespace": "kube-system"},
+            "data": {format!("e2e-{}", e.ns.name): port.to_string()},
+        });
+        api.patch(
+            "fake-kubelet-node",
+            &PatchParams::apply(&format!("e2e-{}", e.ns.name)).force(),
+            &Patch::Apply(&node),
+        )
+        .await
+        .unwrap();
+        let read = format!(
+            "import socket; s = socket.create_connection(('10.244.0.1', {port}), 5); \
+             print(s.makefile().readline().strip())"
+        );
+        e.create_pod(json!({
+            "metadata": {"name": "client"},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "client", "image": PYTHON, "args": ["-c", read],
+            }]},
+        }))
+        .await;
+        let pod = e
+            .wait_pod("client", "the client pod to finish", |p| {
+                p["status"]["phase"] == "Succeeded" || p["status"]["phase"] == "Failed"
+            })
+            .await;
+        assert_eq!(
+            pod["status"]["phase"],
+            "Succeeded",
+            "{}",
+            e.log(&pod, "client", 0)
+        );
+        assert_eq!(e.log(&pod, "client", 0), "hello from the node\n");
+        served.join().unwrap();
+        let terminated = &container(&pod, "client")["state"]["terminated"];
+        assert_eq!(terminated["reason"], "Completed", "{terminated}");
+        // Applying nothing under this manager removes its key.
+        let none = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "fake-kubelet-node", "namespace": "kube-system"},
+        });
+        api.patch(
+            "fake-kubelet-node",
+            &PatchParams::apply(&format!("e2e-{}", e.ns.name)).force(),
+            &Patch::Apply(&none),
+        )
+        .await
+        .unwrap();
         e.done().await;
     });
 }

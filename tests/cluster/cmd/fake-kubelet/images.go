@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -110,6 +111,31 @@ func (m imageMap) processImages(pod *v1.Pod) (map[string]imageConfig, bool, erro
 		return nil, false, fmt.Errorf("containers %s have images that are not in the image map, and the others' are: a pod runs either all as processes or all simulated", strings.Join(missing, ", "))
 	}
 	return found, true, nil
+}
+
+// nodeForwardPorts reads the ports of this machine that process pods
+// reach at their gateway address: every key of the node ConfigMap lists
+// some (numbers separated by spaces, commas or lines; the key's name says
+// who wrote them, as in the image map). No ConfigMap means none.
+func (k *kubelet) nodeForwardPorts(ctx context.Context) ([]int, error) {
+	cm, err := k.client.CoreV1().ConfigMaps(k.nodeCMNS).Get(ctx, k.nodeCMName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var ports []int
+	for key, value := range cm.Data {
+		for _, f := range strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' }) {
+			p, err := strconv.Atoi(f)
+			if err != nil || p < 1 || p > 65535 {
+				return nil, fmt.Errorf("ConfigMap %s/%s: key %s: %q is not a port", k.nodeCMNS, k.nodeCMName, key, f)
+			}
+			ports = append(ports, p)
+		}
+	}
+	sort.Ints(ports)
+	return ports, nil
 }
 
 // readImageMap is a quorum read, so a map written just before a pod was

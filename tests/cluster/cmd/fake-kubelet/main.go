@@ -72,6 +72,7 @@ type options struct {
 	podCIDR    string
 	unreadyCM  string
 	imagesCM   string
+	nodeCM     string
 	rootDir    string
 
 	netnsPrefix     string
@@ -89,6 +90,7 @@ func main() {
 	flag.StringVar(&o.podCIDR, "pod-cidr", "10.244.0.0/16", "range pod IPs are taken from (addresses are only reported, nothing listens on them)")
 	flag.StringVar(&o.unreadyCM, "unready-configmap", "kube-system/fake-kubelet", "namespace/name of the ConfigMap whose key \"unready\" lists unready model versions")
 	flag.StringVar(&o.imagesCM, "images-configmap", "kube-system/fake-kubelet-images", "namespace/name of the ConfigMap whose keys map images to the processes that run them (empty: no process pods)")
+	flag.StringVar(&o.nodeCM, "node-configmap", "kube-system/fake-kubelet-node", "namespace/name of the ConfigMap whose keys list ports of this machine that process pods reach at their gateway address")
 	flag.StringVar(&o.rootDir, "root-dir", "", "folder for process pods' container logs (pods/NAMESPACE_NAME_UID/CONTAINER/RESTART.log); required for process pods")
 	flag.StringVar(&o.netnsPrefix, "netns-prefix", "", "prefix of the network namespaces made for process pods; unique per cluster on this machine (default: fake-kubelet-PID)")
 	flag.DurationVar(&o.maxRestartDelay, "max-container-restart-period", 300*time.Second, "longest crash back-off between restarts of a process container (the kubelet's maxContainerRestartPeriod)")
@@ -128,6 +130,7 @@ type kubelet struct {
 	kubeletVer string
 
 	imagesNS, imagesName string
+	nodeCMNS, nodeCMName string
 	rootDir              string
 	selfExe              string
 	net                  *podNetwork
@@ -159,6 +162,10 @@ func run(ctx context.Context, o options) error {
 		if imagesNS, imagesName, ok = strings.Cut(o.imagesCM, "/"); !ok {
 			return fmt.Errorf("--images-configmap must be namespace/name, got %q", o.imagesCM)
 		}
+	}
+	nodeNS, nodeCMName, ok := strings.Cut(o.nodeCM, "/")
+	if !ok {
+		return fmt.Errorf("--node-configmap must be namespace/name, got %q", o.nodeCM)
 	}
 	if o.netnsPrefix == "" {
 		o.netnsPrefix = fmt.Sprintf("fake-kubelet-%d", os.Getpid())
@@ -195,6 +202,7 @@ func run(ctx context.Context, o options) error {
 		kubeletVer: version.Get().GitVersion,
 
 		imagesNS: imagesNS, imagesName: imagesName,
+		nodeCMNS: nodeNS, nodeCMName: nodeCMName,
 		rootDir:         o.rootDir,
 		selfExe:         self,
 		net:             network,

@@ -30,16 +30,19 @@ import (
 // Nothing is routed to or from the machine's own network. The kubelet
 // reaches pods (probes, hostPort) with sockets it opens inside the node
 // namespace; a container port with a hostPort is forwarded from
-// 127.0.0.1:hostPort, the node's address. All of it is removed when the
+// 127.0.0.1:hostPort, the node's address; and the ports listed in the node
+// ConfigMap are forwarded the other way, from the pods' gateway address to
+// the same port on 127.0.0.1 (how a pod reaches a service of its node). All of it is removed when the
 // pod goes and when the kubelet stops; `tests/cluster/down` removes what a
 // killed kubelet left behind.
 type podNetwork struct {
-	prefix  string
-	cidr    *net.IPNet
-	gateway net.IP
-	mu      sync.Mutex
-	ready   bool
-	dials   chan dialRequest
+	prefix    string
+	cidr      *net.IPNet
+	gateway   net.IP
+	mu        sync.Mutex
+	ready     bool
+	jobs      chan func()
+	nodePorts map[int]bool
 }
 
 func newPodNetwork(prefix string, cidr string) (*podNetwork, error) {
@@ -53,7 +56,7 @@ func newPodNetwork(prefix string, cidr string) (*podNetwork, error) {
 	gw := make(net.IP, 4)
 	copy(gw, n.IP.To4())
 	gw[3]++
-	return &podNetwork{prefix: prefix, cidr: n, gateway: gw}, nil
+	return &podNetwork{prefix: prefix, cidr: n, gateway: gw, nodePorts: map[int]bool{}}, nil
 }
 
 func (n *podNetwork) nodeNS() string { return n.prefix + "-node" }
@@ -104,10 +107,10 @@ func (n *podNetwork) ensureNode() error {
 			return err
 		}
 	}
-	n.dials = make(chan dialRequest)
+	n.jobs = make(chan func())
 	for range 4 {
 		ready := make(chan error, 1)
-		go n.dialThread(ready)
+		go n.nodeThread(ready)
 		if err := <-ready; err != nil {
 			return err
 		}
@@ -171,23 +174,11 @@ func execIn(ns string, argv []string) []string {
 	return append([]string{"ip", "netns", "exec", ns}, argv...)
 }
 
-type dialRequest struct {
-	ctx     context.Context
-	network string
-	addr    string
-	reply   chan dialResult
-}
-
-type dialResult struct {
-	conn net.Conn
-	err  error
-}
-
-// dialThread is a goroutine locked to an OS thread that has entered the
+// nodeThread is a goroutine locked to an OS thread that has entered the
 // node namespace: a socket belongs to the namespace of the thread that
-// opened it, so connections opened here reach pod addresses. The thread
-// never leaves the namespace and never runs anything else.
-func (n *podNetwork) dialThread(ready chan<- error) {
+// opened it, so connections opened and listeners made here are on the pod
+// network. The thread never leaves the namespace and runs nothing else.
+func (n *podNetwork) nodeThread(ready chan<- error) {
 	runtime.LockOSThread()
 	f, err := os.Open("/run/netns/" + n.nodeNS())
 	if err == nil {
@@ -198,26 +189,79 @@ func (n *podNetwork) dialThread(ready chan<- error) {
 	if err != nil {
 		return // the locked thread exits with this goroutine
 	}
-	for req := range n.dials {
-		var d net.Dialer
-		c, err := d.DialContext(req.ctx, req.network, req.addr)
-		req.reply <- dialResult{c, err}
+	for job := range n.jobs {
+		job()
 	}
+}
+
+// inNode runs f on a thread in the node namespace and waits for it.
+func (n *podNetwork) inNode(ctx context.Context, f func()) error {
+	if err := n.ensureNode(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	select {
+	case n.jobs <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-done
+	return nil
 }
 
 // dial opens a connection to a pod address from the node namespace.
 func (n *podNetwork) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if err := n.ensureNode(); err != nil {
-		return nil, err
+	var conn net.Conn
+	var err error
+	if e := n.inNode(ctx, func() { conn, err = (&net.Dialer{}).DialContext(ctx, network, addr) }); e != nil {
+		return nil, e
 	}
-	reply := make(chan dialResult, 1)
-	select {
-	case n.dials <- dialRequest{ctx, network, addr, reply}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	return conn, err
+}
+
+// forwardNodePorts lets pods reach services of this machine at their
+// gateway address, as pods reach their node's address: a connection to
+// gateway:port is copied to 127.0.0.1:port. Ports already forwarded stay.
+func (n *podNetwork) forwardNodePorts(ports []int) error {
+	for _, port := range ports {
+		n.mu.Lock()
+		done := n.nodePorts[port]
+		n.mu.Unlock()
+		if done {
+			continue
+		}
+		var l net.Listener
+		var err error
+		addr := net.JoinHostPort(n.gateway.String(), fmt.Sprint(port))
+		if e := n.inNode(context.Background(), func() { l, err = net.Listen("tcp", addr) }); e != nil {
+			return e
+		}
+		if err != nil {
+			return fmt.Errorf("node port %d: %w", port, err)
+		}
+		n.mu.Lock()
+		n.nodePorts[port] = true
+		n.mu.Unlock()
+		klog.InfoS("forwarding a node port to pods", "address", addr, "to", fmt.Sprintf("%s:%d", hostIP, port))
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					h, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", hostIP, port), 5*time.Second)
+					if err != nil {
+						return
+					}
+					defer h.Close()
+					pipe(c, h)
+				}()
+			}
+		}()
 	}
-	r := <-reply
-	return r.conn, r.err
+	return nil
 }
 
 // forward accepts on a host address and copies each connection to a pod

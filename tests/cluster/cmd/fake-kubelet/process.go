@@ -242,8 +242,16 @@ func (w *podWorker) setup(ctx context.Context) error {
 	if err := w.prepareVolumes(ctx); err != nil {
 		return err
 	}
+	forwards, err := w.k.nodeForwardPorts(ctx)
+	if err != nil {
+		return err
+	}
 	ns, err := w.k.net.addPod(w.ip)
 	if err != nil {
+		return err
+	}
+	if err := w.k.net.forwardNodePorts(forwards); err != nil {
+		w.k.net.removePod(ns)
 		return err
 	}
 	fctx, cancel := context.WithCancel(ctx)
