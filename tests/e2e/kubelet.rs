@@ -822,7 +822,7 @@ fn volumes_and_hosts_are_mounted_where_the_spec_says() {
             "vols".into(),
             "app=\"vols\"".into(),
             format!("{ip}\tvols"),
-            "10.244.0.1\txds.e2e.test".into(),
+            "10.244.0.1\txds.e2e.test\txds.e2e.test.".into(),
             "token-present".into(),
             e.ns.name.clone(),
             "1".into(),

@@ -67,6 +67,12 @@ impl Service {
     /// Starts the service preloading `model` from `cache` (the workload's
     /// own when `None`).
     pub fn start(model: &str, cache: Option<&Path>) -> Service {
+        Service::start_app(model, cache, None)
+    }
+
+    /// Like [`Service::start`], serving the ASGI `app` (e.g. the test
+    /// image's `openmed_image:app`) through the service's own launcher.
+    pub fn start_app(model: &str, cache: Option<&Path>, app: Option<&str>) -> Service {
         let workload = workload();
         let dir = tempfile::tempdir().unwrap();
         let cache = cache.map_or_else(|| workload.join("models"), Path::to_path_buf);
@@ -83,7 +89,9 @@ impl Service {
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("service.log")).unwrap();
         let child = Command::new(workload.join("venv/bin/python"))
-            .args(["-m", "openmed.service.logging", "--host", "127.0.0.1"])
+            .args(["-m", "openmed.service.logging"])
+            .args(app)
+            .args(["--host", "127.0.0.1"])
             .args(["--port", &port.to_string()])
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -94,6 +102,7 @@ impl Service {
             .env("OPENMED_OFFLINE", "1")
             .env("OPENMED_SERVICE_PRELOAD_MODELS", model)
             .env("OPENMED_SERVICE_TRUSTED_HOSTS", "127.0.0.1,localhost")
+            .env("PYTHONPATH", workload.join("image"))
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

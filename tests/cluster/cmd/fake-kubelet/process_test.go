@@ -238,7 +238,7 @@ func TestHostsFileHasThePodAndItsAliases(t *testing.T) {
 		Spec:       v1.PodSpec{HostAliases: []v1.HostAlias{{IP: "10.244.0.1", Hostnames: []string{"envoy-gateway", "envoy-gateway.envoy-gateway-system.svc.cluster.local"}}}},
 	}}
 	got := w.hostsFile()
-	for _, line := range []string{"127.0.0.1\tlocalhost", "10.244.0.9\tenvoy-abc", "10.244.0.1\tenvoy-gateway\tenvoy-gateway.envoy-gateway-system.svc.cluster.local"} {
+	for _, line := range []string{"127.0.0.1\tlocalhost", "10.244.0.9\tenvoy-abc", "10.244.0.1\tenvoy-gateway\tenvoy-gateway.envoy-gateway-system.svc.cluster.local\tenvoy-gateway.envoy-gateway-system.svc.cluster.local."} {
 		if !strings.Contains(got, line+"\n") {
 			t.Errorf("no %q in\n%s", line, got)
 		}

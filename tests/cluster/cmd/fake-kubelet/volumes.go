@@ -202,7 +202,12 @@ func (w *podWorker) writeToken(ctx context.Context, dir string, src *v1.ServiceA
 	return writeFile(dir, src.Path, tr.Status.Token, fileMode(nil, mode))
 }
 
-// hostsFile is the pod's /etc/hosts as the kubelet writes it.
+// hostsFile is the pod's /etc/hosts as the kubelet writes it, with one
+// addition: each host alias also in its fully qualified form with the
+// trailing dot. With no cluster DNS here the hosts file is the pods' only
+// resolver, and Envoy's resolver (c-ares) matches "name." only to a line
+// that lists "name." (Envoy Gateway's xDS address is written that way);
+// DNS treats the two forms as one name.
 func (w *podWorker) hostsFile() string {
 	name := w.pod.Spec.Hostname
 	if name == "" {
@@ -214,7 +219,13 @@ func (w *podWorker) hostsFile() string {
 	if len(w.pod.Spec.HostAliases) > 0 {
 		b.WriteString("\n# Entries added by HostAliases.\n")
 		for _, a := range w.pod.Spec.HostAliases {
-			fmt.Fprintf(&b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
+			names := append([]string{}, a.Hostnames...)
+			for _, h := range a.Hostnames {
+				if strings.Contains(h, ".") && !strings.HasSuffix(h, ".") {
+					names = append(names, h+".")
+				}
+			}
+			fmt.Fprintf(&b, "%s\t%s\n", a.IP, strings.Join(names, "\t"))
 		}
 	}
 	return b.String()
