@@ -15,7 +15,7 @@ mod service;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use service::*;
 
 const TEXT: &str = "Patient John Smith from Boston was seen on 2024-03-15, phone 617-555-0142.";
@@ -215,4 +215,68 @@ print(json.dumps(answers))
             service[input]
         );
     }
+}
+
+/// The test image's app answers a request that names no model with the
+/// model it preloaded, and leaves every other request to the service.
+#[test]
+fn the_image_defaults_to_its_preloaded_model_and_changes_nothing_else() {
+    runtime().block_on(async {
+        let client = client();
+        // Without the image's app, the service's own default is a model
+        // that is not preloaded: what a rollout's clients would hit.
+        let mut plain = Service::start("OpenMed/synthetic-pii-v2", None);
+        plain.ready(&client).await;
+        let unnamed = json!({"text": TEXT, "use_smart_merging": false});
+        let answer = client
+            .post(plain.url("/pii/extract"))
+            .json(&unnamed)
+            .send()
+            .await
+            .unwrap();
+        assert_ne!(
+            answer.status(),
+            200,
+            "the service's default model is not preloaded here"
+        );
+        drop(plain);
+
+        let mut service =
+            Service::start_app("OpenMed/synthetic-pii-v2", None, Some("openmed_image:app"));
+        service.ready(&client).await;
+        let answer = client
+            .post(service.url("/pii/extract"))
+            .json(&unnamed)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(body["model_name"], "OpenMed/synthetic-pii-v2", "{body}");
+        assert!(
+            entities(&body).contains(&("NAME".to_owned(), "John Smith".to_owned())),
+            "{body}"
+        );
+        // Named models get the service's own answers.
+        let (status, body) = service
+            .extract(&client, "OpenMed/synthetic-pii-v2", TEXT)
+            .await;
+        assert_eq!(
+            (status, &body["model_name"]),
+            (200, &json!("OpenMed/synthetic-pii-v2"))
+        );
+        let (status, _) = service
+            .extract(&client, "OpenMed/synthetic-pii-v1", TEXT)
+            .await;
+        assert_eq!(status, 422, "a model it did not preload is still refused");
+        // Malformed JSON is the service's to answer.
+        let answer = client
+            .post(service.url("/pii/extract"))
+            .header("content-type", "application/json")
+            .body("{not json")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 422);
+    });
 }

@@ -155,7 +155,11 @@ pub fn wanted_replicas(deployment: &Deployment) -> i32 {
 }
 
 /// All pods are updated, ready and available, none unavailable, and no
-/// old pod remains.
+/// old pod remains, not even a terminating one: a pod being deleted stays
+/// in its Service's endpoints (serving) through its preStop hook and grace
+/// period, so until it is gone a client may still be answered by the old
+/// model. (`terminatingReplicas` is reported by Kubernetes 1.33 and later;
+/// earlier clusters leave it out, and then only the other counts decide.)
 fn is_complete(deployment: &Deployment) -> bool {
     let want = wanted_replicas(deployment);
     let Some(s) = deployment.status.as_ref() else {
@@ -166,6 +170,7 @@ fn is_complete(deployment: &Deployment) -> bool {
         && s.available_replicas.unwrap_or(0) == want
         && s.unavailable_replicas.unwrap_or(0) == 0
         && s.replicas.unwrap_or(0) == want
+        && s.terminating_replicas.unwrap_or(0) == 0
 }
 
 /// Why a Deployment that finished rolling out serves less than it should,
@@ -194,4 +199,46 @@ pub fn min_ready_seconds(deployment: &Deployment) -> i32 {
         .as_ref()
         .and_then(|s| s.min_ready_seconds)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(status: serde_json::Value) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "svc", "generation": 2},
+            "spec": {"replicas": 2, "selector": {}, "template": {}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000_000).unwrap())
+    }
+
+    #[test]
+    fn a_rollout_is_complete_only_once_no_old_pod_is_left_terminating() {
+        let done = json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+                          "readyReplicas": 2, "availableReplicas": 2});
+        assert_eq!(
+            judge(&deployment(done.clone()), 2, None, &now()),
+            Progress::Complete
+        );
+        let mut terminating = done.clone();
+        terminating["terminatingReplicas"] = json!(1);
+        assert_eq!(
+            judge(&deployment(terminating), 2, None, &now()),
+            Progress::InProgress,
+            "an old pod in its preStop hook may still answer"
+        );
+        let mut gone = done;
+        gone["terminatingReplicas"] = json!(0);
+        assert_eq!(
+            judge(&deployment(gone), 2, None, &now()),
+            Progress::Complete
+        );
+    }
 }

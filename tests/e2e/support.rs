@@ -34,9 +34,21 @@ pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+static CLUSTER_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Points the suite at another cluster folder (the real stack's, made by
+/// `tests/workload/up`); before the first use of [`cluster_dir`].
+#[allow(dead_code)] // the real-stack suite
+pub fn use_cluster_dir(dir: PathBuf) {
+    let _ = CLUSTER_DIR.set(dir);
+}
+
 /// Where `tests/cluster/up` keeps the cluster the suite uses.
 pub fn cluster_dir() -> PathBuf {
-    root().join("target/cluster")
+    CLUSTER_DIR
+        .get()
+        .cloned()
+        .unwrap_or_else(|| root().join("target/cluster"))
 }
 
 /// The admin kubeconfig of the test cluster.

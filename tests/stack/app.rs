@@ -1,0 +1,193 @@
+//! The example application of `examples/real` in a test's namespace,
+//! behind the shared Gateway, and the load the tests send through it.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use openmed_load::{Load, Record, Summary};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::env::Env;
+use crate::support::*;
+
+pub const V1: &str = "OpenMed/synthetic-pii-v1";
+pub const V2: &str = "OpenMed/synthetic-pii-v2";
+pub const NAME: &str = "openmed-service";
+
+/// Brings the stack up; whether it was not running before.
+pub fn start_stack() -> bool {
+    let was_running = Command::new(root().join("tests/cluster/up"))
+        .arg("--check")
+        .arg(cluster_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        && cluster_dir().join("gateway-url").exists();
+    eprintln!(
+        "stack: {} the real stack (tests/workload/up); a first run builds it",
+        if was_running { "checking" } else { "starting" }
+    );
+    let status = Command::new(root().join("tests/workload/up"))
+        .arg(cluster_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("tests/workload/up runs");
+    assert!(
+        status.success(),
+        "tests/workload/up failed; see {}/logs",
+        cluster_dir().display()
+    );
+    !was_running
+}
+
+pub fn stop_stack() {
+    let _ = Command::new(root().join("tests/workload/down"))
+        .arg(cluster_dir())
+        .stdin(Stdio::null())
+        .status();
+}
+
+pub fn gateway_url() -> String {
+    std::fs::read_to_string(cluster_dir().join("gateway-url"))
+        .expect("DIR/gateway-url from tests/workload/up")
+        .trim()
+        .to_owned()
+}
+
+pub fn now_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        * 1000.0
+}
+
+/// The example's documents (no Namespace) for one test: its HTTPRoute
+/// takes `/<namespace>/` on the shared Gateway and strips that prefix.
+fn example(ns: &str) -> String {
+    let text = std::fs::read_to_string(root().join("examples/real/openmed-service.yaml")).unwrap();
+    let mut out = String::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let mut value = Value::deserialize(doc).unwrap();
+        if value.is_null() || value["kind"] == "Namespace" {
+            continue;
+        }
+        if value["kind"] == "HTTPRoute" {
+            let rule = &mut value["spec"]["rules"][0];
+            rule["matches"] = json!([{"path": {"type": "PathPrefix", "value": format!("/{ns}")}}]);
+            rule["filters"][0]["urlRewrite"]["path"] =
+                json!({"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"});
+        }
+        out.push_str(&serde_yaml::to_string(&value).unwrap());
+        out.push_str("---\n");
+    }
+    out
+}
+
+/// A test's namespace with the example application rolled out at `V1`
+/// and served through the Gateway.
+pub struct App {
+    pub env: Env,
+    /// The Gateway URL of this namespace's route.
+    pub url: String,
+}
+
+impl App {
+    pub async fn deploy(prefix: &str) -> App {
+        let env = Env::new(prefix).await;
+        env.apply(&example(&env.ns.name)).await;
+        let model =
+            std::fs::read_to_string(root().join("examples/real/openmedmodel.yaml")).unwrap();
+        env.apply(&model).await;
+        env.wait_ready(NAME, V1).await;
+        let url = format!("{}/{}", gateway_url(), env.ns.name);
+        let ready = format!("{url}/readyz");
+        wait_for(
+            "the Gateway to route to the service",
+            Duration::from_secs(60),
+            || async {
+                let ok = reqwest::get(&ready).await.ok()?.status().is_success();
+                ok.then_some(())
+            },
+        )
+        .await;
+        App { env, url }
+    }
+
+    /// Real load through the Gateway, naming no model (the pods answer
+    /// with theirs), until `stop` or `max`.
+    pub fn load(
+        &self,
+        rps: f64,
+        max: Duration,
+    ) -> (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<Vec<Record>>,
+    ) {
+        let load = Load {
+            url: self.url.parse().unwrap(),
+            rps,
+            duration: max,
+            model: None,
+            host: None,
+            timeout: Duration::from_secs(10),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            openmed_load::run(&load, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the load runs")
+        });
+        (stop, task)
+    }
+
+    pub async fn pods(&self) -> Vec<Pod> {
+        let api: Api<Pod> = Api::namespaced(self.env.client.clone(), &self.env.ns.name);
+        api.list(&ListParams::default().labels("app.kubernetes.io/name=openmed-service"))
+            .await
+            .unwrap()
+            .items
+    }
+}
+
+/// When a pod became Ready, in ms since the epoch (its condition's time,
+/// whole seconds, so never later than the truth).
+pub fn ready_ms(pod: &Pod) -> Option<f64> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let ready = conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    Some(ready.last_transition_time.as_ref()?.0.as_millisecond() as f64)
+}
+
+/// Prints a phase's figures and returns them as JSON for the results file.
+pub fn phase(name: &str, records: &[Record]) -> Value {
+    let s = Summary::of(records);
+    eprintln!("  {name}: {s}");
+    json!({
+        "phase": name, "requests": s.requests, "failed": s.failed,
+        "p50_ms": (s.p50_ms * 10.0).round() / 10.0, "p99_ms": (s.p99_ms * 10.0).round() / 10.0,
+        "models": s.models.iter().map(|(m, n)| json!({"model": m, "answers": n})).collect::<Vec<_>>(),
+    })
+}
+
+/// Appends a result line to $STACK_RESULTS when set (the committed
+/// results under benches/results come from there).
+pub fn record_result(value: Value) {
+    if let Ok(path) = std::env::var("STACK_RESULTS") {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        writeln!(file, "{value}").unwrap();
+    }
+}

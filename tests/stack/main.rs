@@ -1,0 +1,49 @@
+//! End-to-end tests on the real stack (`tests/workload/up`): the OpenMed
+//! REST service from PyPI in pods that are real processes, Envoy Gateway
+//! with a real Envoy in front of them, real load through the Gateway while
+//! the operator rolls the model, and Prometheus scraping Envoy.
+//!
+//! The harness brings the stack up once in `target/workload` (or reuses a
+//! running one), runs the tests, each in its own namespace with its own
+//! operator and its own route (`/<namespace>/...` on the shared Gateway),
+//! and takes the stack down again if it brought it up.
+
+// Shared with the end-to-end and chaos suites; this one uses a part.
+#[allow(dead_code)]
+#[path = "../e2e/support.rs"]
+mod support;
+
+#[allow(dead_code)]
+#[path = "../e2e/env.rs"]
+mod env;
+
+mod app;
+mod rollout;
+
+use libtest_mimic::{Arguments, Trial};
+
+fn main() {
+    support::use_cluster_dir(support::root().join("target/workload"));
+    let args = Arguments::from_args();
+    let trials: Vec<Trial> = rollout::trials();
+    let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
+    let started = any_selected && !args.list && app::start_stack();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if started {
+        app::stop_stack();
+    }
+    conclusion.exit();
+}
+
+/// A trial from a plain function that panics on failure.
+pub fn trial(name: &'static str, test: fn()) -> Trial {
+    Trial::test(name, move || {
+        std::panic::catch_unwind(test).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "test panicked".into())
+                .into()
+        })
+    })
+}
