@@ -80,6 +80,7 @@ pub fn stored_object(data: &[u8]) {
             claimed: &[],
             config_maps: &[],
             snapshot_uses: &[],
+            pods: &[],
             settings: Settings::default(),
             now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap(),

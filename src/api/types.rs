@@ -183,6 +183,47 @@ pub struct RolloutStrategy {
     /// Default true.
     #[serde(default = "default_true")]
     pub rollback_on_failure: bool,
+
+    /// Fail the rollout at once, without waiting out
+    /// progressDeadlineSeconds, when a pod of the new template keeps
+    /// crashing (a model that cannot load ends the service before it is
+    /// ready, and the kubelet restarts it with a growing back-off). Default:
+    /// on, after 2 restarts. The failure quotes the container's termination
+    /// message either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_fast: Option<FailFast>,
+}
+
+/// When a crash-looping pod of the new template fails a rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailFast {
+    /// Fail fast at all. Default true; false waits for
+    /// progressDeadlineSeconds, as a plain Deployment does.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+
+    /// Restarts of the target container in one pod of the new template
+    /// that fail the rollout. Default 2.
+    #[serde(default = "default_fail_fast_restarts")]
+    #[schemars(range(min = 1))]
+    pub restarts: i32,
+}
+
+impl RolloutStrategy {
+    /// The restarts that fail a rollout at once, or `None` when fail-fast
+    /// is off.
+    pub fn fail_fast_restarts(&self) -> Option<i32> {
+        match &self.fail_fast {
+            None => Some(crate::rollout::crash_loop::DEFAULT_RESTARTS),
+            Some(f) if f.enabled => Some(f.restarts),
+            Some(_) => None,
+        }
+    }
+}
+
+fn default_fail_fast_restarts() -> i32 {
+    crate::rollout::crash_loop::DEFAULT_RESTARTS
 }
 
 impl Default for RolloutStrategy {
@@ -193,6 +234,7 @@ impl Default for RolloutStrategy {
             max_surge: default_max_surge(),
             progress_deadline_seconds: default_progress_deadline(),
             rollback_on_failure: true,
+            fail_fast: None,
         }
     }
 }

@@ -26,7 +26,9 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, EnvVar, Pod, PodSpec, PodStatus, PodTemplateSpec,
+};
 use kube::client::ClientBuilder;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -399,6 +401,30 @@ async fn run_scope(
     })
     .touched_objects();
 
+    // Only pods whose template references a snapshot (the targets' pods),
+    // cached as name, labels and container statuses: whether a pod of the
+    // template being rolled out keeps crashing, and what it said. Memory
+    // grows with the managed pods, not with the cluster's.
+    let (pods, pod_writer) = reflector::store();
+    let pod_events = observed(
+        watcher(
+            api::<Pod>(client, &scope),
+            watcher::Config::default().labels(MANIFEST_SNAPSHOT_LABEL),
+        )
+        .default_backoff(),
+        watch_name("pods", &scope),
+        health.clone(),
+        metrics.clone(),
+    )
+    .modify(keep_container_statuses)
+    .reflect(pod_writer)
+    .inspect({
+        let synced = synced.clone();
+        move |e| synced.observe(Cache::Pods, e)
+    })
+    .touched_objects()
+    .predicate_filter(restarts, Default::default());
+
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());
     let recorder = events::Recorder::new(clients.requests.clone(), instance);
     let (models, model_writer) = reflector::store();
@@ -438,6 +464,7 @@ async fn run_scope(
         config_maps,
         autoscalers,
         replica_sets,
+        pods,
         settings: options.settings.clone(),
         resync: options.resync,
         metrics,
@@ -471,6 +498,19 @@ async fn run_scope(
         // ReplicaSets only fill their cache: a snapshot they stop needing is
         // collected at the model's next resync.
         .watches_stream(replica_set_events, |_| None::<ObjectRef<RawModel>>)
+        // A pod's restarts are looked at by the models of its namespace.
+        .watches_stream(pod_events, {
+            let models = models.clone();
+            move |pod: Pod| {
+                let namespace = pod.namespace().unwrap_or_default();
+                models
+                    .state()
+                    .into_iter()
+                    .filter(|m| m.namespace().as_deref() == Some(namespace.as_str()))
+                    .map(|m| ObjectRef::from_obj(&*m))
+                    .collect::<Vec<_>>()
+            }
+        })
         .watches_stream(autoscaler_events, move |hpa: HorizontalPodAutoscaler| {
             let namespace = hpa.namespace().unwrap_or_default();
             let target = hpa
@@ -560,6 +600,51 @@ fn forget_template(replica_set: &mut ReplicaSet) {
 
 /// Keeps of an HPA only its identity and scale target: all `decide` asks of
 /// it is whether it scales a model's Deployment.
+/// Keeps of a pod what `decide` reads: name, namespace, labels, deletion,
+/// and its containers' restart counts and last exits.
+fn keep_container_statuses(pod: &mut Pod) {
+    forget_managed_fields(pod);
+    let meta = &mut pod.metadata;
+    meta.annotations = None;
+    meta.owner_references = None;
+    pod.spec = None;
+    let statuses = pod.status.take().and_then(|s| s.container_statuses);
+    pod.status = Some(PodStatus {
+        container_statuses: statuses.map(|all| {
+            all.into_iter()
+                .map(|mut c| {
+                    c.image_id = String::new();
+                    c.resources = None;
+                    c.volume_mounts = None;
+                    c.allocated_resources = None;
+                    c
+                })
+                .collect()
+        }),
+        ..PodStatus::default()
+    });
+}
+
+/// Changes when a pod appears, goes, or a container restarts or exits:
+/// the only changes of a pod a decision reads.
+fn restarts(pod: &Pod) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    pod.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    for c in pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default()
+    {
+        (&c.name, c.restart_count).hash(&mut hasher);
+        let exit = c.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+        exit.map(|t| (t.exit_code, t.finished_at.as_ref().map(|f| f.0.as_second())))
+            .hash(&mut hasher);
+    }
+    Some(hasher.finish())
+}
+
 fn keep_scale_target(hpa: &mut HorizontalPodAutoscaler) {
     forget_managed_fields(hpa);
     let meta = &mut hpa.metadata;

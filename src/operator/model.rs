@@ -84,6 +84,7 @@ mod tests {
                 claimed: &[],
                 config_maps: &[],
                 snapshot_uses: &[],
+                pods: &[],
                 settings: Default::default(),
                 now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                     k8s_openapi::jiff::Timestamp::from_second(0).unwrap(),

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch,
@@ -97,6 +97,9 @@ pub struct Context {
     /// ReplicaSets whose template references a snapshot (without their
     /// template).
     pub replica_sets: Store<ReplicaSet>,
+    /// Pods whose template references a snapshot (name, labels and
+    /// container statuses only).
+    pub pods: Store<Pod>,
     /// Policy switches.
     pub settings: Settings,
     /// How often a steady resource is looked at again (from the caches).
@@ -435,6 +438,7 @@ struct World {
     rivals: Vec<Rival>,
     autoscaled: bool,
     snapshot_uses: Vec<rollout::SnapshotUse>,
+    pods: Vec<rollout::crash_loop::PodView>,
 }
 
 fn now() -> Time {
@@ -631,6 +635,7 @@ fn decide(
         claimed: &claimed,
         config_maps: &config_maps,
         snapshot_uses: &world.snapshot_uses,
+        pods: &world.pods,
         settings: settings.clone(),
         now,
     })
@@ -780,6 +785,14 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
     snapshot_uses.sort();
     snapshot_uses.dedup();
 
+    let pods: Vec<rollout::crash_loop::PodView> = ctx
+        .pods
+        .state()
+        .iter()
+        .filter(|p| in_namespace(&p.metadata, namespace))
+        .map(|p| rollout::crash_loop::PodView::of(p))
+        .collect();
+
     Ok(World {
         target,
         canary_target,
@@ -789,6 +802,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         rivals,
         autoscaled,
         snapshot_uses,
+        pods,
     })
 }
 

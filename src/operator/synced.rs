@@ -20,9 +20,10 @@ pub enum Cache {
     ConfigMaps = 4,
     Autoscalers = 8,
     ReplicaSets = 16,
+    Pods = 32,
 }
 
-const ALL: u8 = 31;
+const ALL: u8 = 63;
 
 /// The caches of a scope that have received a full list.
 #[derive(Debug)]
@@ -74,6 +75,7 @@ mod tests {
             Cache::Deployments,
             Cache::ConfigMaps,
             Cache::Autoscalers,
+            Cache::Pods,
         ] {
             synced.observe(cache, &Event::Ok(watcher::Event::InitDone));
         }

@@ -19,6 +19,7 @@
 pub mod analysis;
 mod canary;
 pub mod conditions;
+pub mod crash_loop;
 pub mod progress;
 mod resource;
 pub mod route;
@@ -90,6 +91,9 @@ pub struct Observed<'a> {
     /// The readings of the checks [`analysis_checks`] asked for, taken
     /// just before this decision; empty when none were due.
     pub measurements: &'a [analysis::Measurement],
+    /// Pods with the snapshot label in the resource's namespace (the
+    /// operator watches no others): how the new template's pods fare.
+    pub pods: &'a [crash_loop::PodView],
     /// Policy switches.
     pub settings: Settings,
     /// The time to stamp on conditions and events.
@@ -316,6 +320,9 @@ pub mod reason {
     /// A reconcile succeeded after [`RETRYING_AFTER_ERROR`], on a path
     /// that sets no other `Reconciling` reason.
     pub const ERROR_RESOLVED: &str = "ErrorResolved";
+    /// A pod of the new template restarted `rolloutStrategy.failFast`
+    /// times: the rollout failed before its progress deadline.
+    pub const CRASH_LOOP: &str = "CrashLoop";
 }
 
 /// The `action` of an `events.k8s.io/v1` Event: what the operator was doing
@@ -1124,6 +1131,28 @@ impl<'a> Step<'a> {
         }
     }
 
+    /// A pod of `wanted`'s template that keeps crashing, when fail-fast is on.
+    fn crash_loop(&self, wanted: &Plan) -> Option<crash_loop::Crash> {
+        let restarts = wanted.normalized.rollout_strategy.fail_fast_restarts()?;
+        crash_loop::crash_loop(
+            self.obs.pods,
+            &self.obs.resource.namespace,
+            wanted.deployment.snapshot_label.as_deref()?,
+            &wanted.deployment.container,
+            restarts,
+        )
+    }
+
+    /// What a failing pod of `wanted`'s template said last.
+    fn last_words(&self, wanted: &Plan) -> Option<String> {
+        crash_loop::last_words(
+            self.obs.pods,
+            &self.obs.resource.namespace,
+            wanted.deployment.snapshot_label.as_deref()?,
+            &wanted.deployment.container,
+        )
+    }
+
     fn rolling_conditions(&mut self, why: &str, message: &str) {
         self.condition(READY, false, why, message);
         self.condition(PROGRESSING, true, why, message);
@@ -1157,8 +1186,23 @@ impl<'a> Step<'a> {
             (Mode::Forward, Progress::Failed { reason, message }) => match phase {
                 Some(Phase::Ready) => self.steady(target, wanted),
                 Some(Phase::Failed) => {}
-                _ => self.failed(desired, wanted, target, reason, &message),
+                _ => {
+                    // The controller's words, and the service's own.
+                    let detail = match self.last_words(wanted) {
+                        Some(words) => format!("{message}; {words}"),
+                        None => message,
+                    };
+                    self.failed(desired, wanted, target, reason, &detail)
+                }
             },
+            (Mode::Forward, Progress::InProgress | Progress::NotObserved)
+                if !matches!(phase, Some(Phase::Ready | Phase::Failed))
+                    && self.crash_loop(wanted).is_some() =>
+            {
+                let crash = self.crash_loop(wanted).expect("checked above");
+                let message = crash.message(&wanted.deployment.container);
+                self.failed(desired, wanted, target, reason::CRASH_LOOP, &message)
+            }
             (Mode::Forward, Progress::InProgress | Progress::NotObserved) => match phase {
                 Some(Phase::Ready) => self.steady(target, wanted),
                 Some(Phase::Failed) => {}

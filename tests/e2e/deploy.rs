@@ -50,6 +50,8 @@ const DENIED: &[&[&str]] = &[
     &["delete", "openmedmodels.openmed.ai", "-n", "default"],
     &["patch", "replicasets.apps", "-n", "default"],
     &["get", "pods", "-n", "default"],
+    &["delete", "pods", "-n", "default"],
+    &["get", "pods", "--subresource=log", "-n", "default"],
 ];
 
 const GRANTED: &[&[&str]] = &[
@@ -73,6 +75,8 @@ const GRANTED: &[&[&str]] = &[
     &["patch", "deployments.apps", "-n", "default"],
     &["watch", "deployments.apps", "-A"],
     &["watch", "replicasets.apps", "-A"],
+    &["list", "pods", "-A"],
+    &["watch", "pods", "-A"],
     &["create", "configmaps", "-n", "default"],
     &["delete", "configmaps", "-n", "default"],
     &["list", "horizontalpodautoscalers.autoscaling", "-A"],

@@ -18,6 +18,7 @@ mod support;
 mod env;
 
 mod app;
+mod crash;
 mod rollout;
 
 use libtest_mimic::{Arguments, Trial};
@@ -25,7 +26,8 @@ use libtest_mimic::{Arguments, Trial};
 fn main() {
     support::use_cluster_dir(support::root().join("target/workload"));
     let args = Arguments::from_args();
-    let trials: Vec<Trial> = rollout::trials();
+    let mut trials: Vec<Trial> = rollout::trials();
+    trials.extend(crash::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && app::start_stack();
     let conclusion = libtest_mimic::run(&args, trials);

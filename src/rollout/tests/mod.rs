@@ -39,6 +39,8 @@ struct World {
     config_maps: Vec<ConfigMap>,
     /// Snapshots that ReplicaSets reference.
     replica_sets: Vec<SnapshotUse>,
+    /// Pods with the snapshot label, as the kubelet reports them.
+    pods: Vec<crate::rollout::crash_loop::PodView>,
     rivals: Vec<Rival>,
     autoscaled: bool,
     settings: Settings,
@@ -93,6 +95,7 @@ impl World {
             measurements: Vec::new(),
             config_maps: Vec::new(),
             replica_sets: Vec::new(),
+            pods: Vec::new(),
             rivals: Vec::new(),
             autoscaled: false,
             settings: Settings::default(),
@@ -154,6 +157,7 @@ impl World {
             claimed: &claimed,
             config_maps: &cms,
             snapshot_uses: &self.replica_sets,
+            pods: &self.pods,
             settings: self.settings.clone(),
             now: at(self.now),
         })
@@ -362,6 +366,11 @@ impl World {
         self.resource.generation += 1;
     }
 
+    fn set_spec(&mut self, spec: Value) {
+        self.resource.spec = spec;
+        self.resource.generation += 1;
+    }
+
     fn annotate_rollback(&mut self, version: Option<&str>) {
         match version {
             Some(v) => self
@@ -391,6 +400,28 @@ impl World {
         self.now += 10;
         self.reconcile();
         assert_eq!(self.status().phase, Some(Phase::Ready));
+    }
+
+    /// A pod of the current template whose container `openmed-service`
+    /// restarted `restarts` times, last exiting 3 with `message`.
+    fn crashing_pod(&mut self, name: &str, restarts: i32, message: &str) {
+        let snapshot = self.dep()["spec"]["template"]["metadata"]["labels"]
+            [MANIFEST_SNAPSHOT_LABEL]
+            .as_str()
+            .map(str::to_owned);
+        let namespace = self.resource.namespace.clone();
+        self.pods.retain(|p| p.name != name);
+        self.pods.push(crate::rollout::crash_loop::PodView {
+            namespace,
+            name: name.into(),
+            snapshot,
+            terminating: false,
+            containers: vec![crate::rollout::crash_loop::ContainerView {
+                name: "openmed-service".into(),
+                restarts,
+                last_exit: Some((3, "Error".into(), message.into())),
+            }],
+        });
     }
 
     /// Rolls out `version`, which never gets ready.
@@ -2055,5 +2086,95 @@ fn deletion_waits_only_for_its_own_pods_when_another_resource_serves_the_same_mo
     assert!(
         w.decide().finished,
         "never waits for another resource's pods"
+    );
+}
+
+const STARTUP_FAILED: &str = "huggingface_hub.errors.LocalEntryNotFoundError: no snapshot of OpenMed/v2\n\
+    ERROR:    Application startup failed. Exiting.";
+
+#[test]
+fn a_pod_of_the_new_template_that_keeps_crashing_fails_the_rollout_at_once() {
+    let mut w = World::ready_at("v1");
+    w.crashing_pod("svc-v1-old", 5, "an old pod's trouble");
+    w.set_version("v2");
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+    // One restart is not yet a crash loop, and the old template's pods
+    // never count.
+    w.crashing_pod("svc-v2-a", 1, STARTUP_FAILED);
+    w.now += 10;
+    assert!(w.reconcile().is_empty());
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+
+    w.crashing_pod("svc-v2-a", 2, STARTUP_FAILED);
+    w.now += 10;
+    let events = w.reconcile();
+    assert_eq!(
+        reasons(&events),
+        [reason::ROLLOUT_FAILED, reason::ROLLBACK_STARTED],
+        "long before the 600 s deadline"
+    );
+    assert_eq!(
+        events[0].message,
+        "v2 did not become ready: pod svc-v2-a keeps crashing: container openmed-service \
+         restarted 2 times, exit code 3: huggingface_hub.errors.LocalEntryNotFoundError: \
+         no snapshot of OpenMed/v2 (ERROR:    Application startup failed. Exiting.)"
+    );
+    let s = w.status();
+    assert_eq!(s.phase, Some(Phase::RolledBack));
+    assert_eq!(s.rollback_request.as_deref(), Some("automatic:v1"));
+    assert_eq!(
+        w.cm_version(),
+        "v1",
+        "the same rollback as after a deadline"
+    );
+}
+
+#[test]
+fn fail_fast_can_be_turned_off_and_a_deadline_failure_quotes_the_pod() {
+    let mut w = World::ready_at("v1");
+    let mut off = spec("v2");
+    off["rolloutStrategy"] = json!({"failFast": {"enabled": false}});
+    w.set_spec(off);
+    w.now += 10;
+    w.reconcile();
+    w.crashing_pod("svc-v2-a", 7, STARTUP_FAILED);
+    w.now += 10;
+    assert!(w.reconcile().is_empty(), "no fail-fast when turned off");
+    w.now += 600;
+    w.deadline_exceeded();
+    let events = w.reconcile();
+    assert_eq!(
+        reasons(&events),
+        [reason::ROLLOUT_FAILED, reason::ROLLBACK_STARTED]
+    );
+    assert!(
+        events[0].message.ends_with(
+            "has timed out progressing.; pod svc-v2-a: exit code 3: \
+             huggingface_hub.errors.LocalEntryNotFoundError: no snapshot of OpenMed/v2 \
+             (ERROR:    Application startup failed. Exiting.)"
+        ),
+        "{}",
+        events[0].message
+    );
+}
+
+#[test]
+fn a_higher_fail_fast_threshold_waits_for_more_restarts() {
+    let mut w = World::ready_at("v1");
+    let mut patient = spec("v2");
+    patient["rolloutStrategy"] = json!({"failFast": {"restarts": 4}});
+    w.set_spec(patient);
+    w.now += 10;
+    w.reconcile();
+    w.crashing_pod("svc-v2-a", 3, STARTUP_FAILED);
+    w.now += 10;
+    assert!(w.reconcile().is_empty());
+    w.crashing_pod("svc-v2-a", 4, STARTUP_FAILED);
+    w.now += 10;
+    assert_eq!(
+        reasons(&w.reconcile()),
+        [reason::ROLLOUT_FAILED, reason::ROLLBACK_STARTED]
     );
 }

@@ -90,6 +90,12 @@ docs/operations.md gives the reason for every rule.
 - apiGroups: [apps]
   resources: [replicasets]
   verbs: [list, watch]
+# Whether a pod of the template being rolled out keeps crashing, and
+# its termination message: only pods with the snapshot label (the
+# targets' pods), read, never written.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
 # Never write replicas while an autoscaler scales the target.
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
