@@ -10,10 +10,179 @@ use crate::support::*;
 use crate::trial;
 
 pub fn trials() -> Vec<Trial> {
-    vec![trial(
-        "rollout::a_version_bump_drops_nothing",
-        a_version_bump_drops_nothing,
-    )]
+    vec![
+        trial(
+            "rollout::a_version_bump_drops_nothing",
+            a_version_bump_drops_nothing,
+        ),
+        trial(
+            "rollout::a_manual_rollback_drops_nothing",
+            a_manual_rollback_drops_nothing,
+        ),
+        trial(
+            "rollout::deleting_the_model_is_what_clients_see",
+            deleting_the_model_is_what_clients_see,
+        ),
+    ]
+}
+
+/// v1 → v2, then `openmed.ai/rollback-to: v1` at 20 requests/s: no
+/// request fails, and after the rollback is done only v1 answers.
+fn a_manual_rollback_drops_nothing() {
+    block_on(async {
+        let app = App::deploy("stack-manual").await;
+        app.env.set_spec(NAME, json!({"version": V2})).await;
+        app.env.wait_ready(NAME, V2).await;
+        let (stop, load) = app.load(20.0, Duration::from_secs(120));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let asked = now_ms();
+        app.env
+            .annotate(NAME, "openmed.ai/rollback-to", Some(V1))
+            .await;
+        app.env.wait_manual_rollback(NAME, V1).await;
+        let done = now_ms();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = stop.send(());
+        let records = load.await.unwrap();
+        let failed: Vec<_> = records.iter().filter(|r| !r.ok()).collect();
+        assert!(
+            failed.is_empty(),
+            "{} of {} failed: {:?}",
+            failed.len(),
+            records.len(),
+            &failed[..failed.len().min(5)]
+        );
+        let late: Vec<_> = records
+            .iter()
+            .filter(|r| r.unix_ms as f64 >= done && r.model_name.as_deref() != Some(V1))
+            .collect();
+        assert!(
+            late.is_empty(),
+            "answered by another model after the rollback: {late:?}"
+        );
+        eprintln!("rollout::a_manual_rollback_drops_nothing (20 requests/s through the Gateway):");
+        let before: Vec<_> = records
+            .iter()
+            .filter(|r| (r.unix_ms as f64) < asked)
+            .cloned()
+            .collect();
+        let during: Vec<_> = records
+            .iter()
+            .filter(|r| (r.unix_ms as f64) >= asked && (r.unix_ms as f64) < done)
+            .cloned()
+            .collect();
+        let after: Vec<_> = records
+            .iter()
+            .filter(|r| r.unix_ms as f64 >= done)
+            .cloned()
+            .collect();
+        let phases = vec![
+            phase("before", &before),
+            phase("annotation to rolled back", &during),
+            phase("after", &after),
+        ];
+        let took = (done - asked) / 1000.0;
+        eprintln!("  annotation → manual rollback done {took:.1} s");
+        record_result(json!({
+            "scenario": "a_manual_rollback_drops_nothing", "rps": 20, "phases": phases,
+            "annotation_to_rolled_back_s": (took * 10.0).round() / 10.0,
+        }));
+        app.env.finish().await;
+    });
+}
+
+/// Deleting the OpenMedModel releases the Deployment: the operator takes
+/// its pointer out, the pods roll to a template that preloads nothing, and
+/// the Deployment keeps running. What the clients see is measured and
+/// documented (docs/reliability.md): the old pods answer until the new
+/// ones are Ready, and the new ones have no model to answer with.
+fn deleting_the_model_is_what_clients_see() {
+    block_on(async {
+        let app = App::deploy("stack-delete").await;
+        let (stop, load) = app.load(20.0, Duration::from_secs(120));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let deleted = now_ms();
+        app.env
+            .models()
+            .delete(NAME, &Default::default())
+            .await
+            .unwrap();
+        wait_for(
+            "the OpenMedModel to be gone",
+            Duration::from_secs(90),
+            || async {
+                app.env
+                    .models()
+                    .get_opt(NAME)
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+        let gone = now_ms();
+        // Until the Deployment has rolled: every pod without the pointer.
+        wait_until(
+            "the Deployment to roll to the released template",
+            Duration::from_secs(90),
+            || async { app.env.deployment(NAME).await },
+            |d| {
+                let s = &d["status"];
+                s["updatedReplicas"] == s["replicas"]
+                    && s["availableReplicas"] == s["replicas"]
+                    && s["terminatingReplicas"].as_i64().unwrap_or(0) == 0
+            },
+        )
+        .await;
+        let rolled = now_ms();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let _ = stop.send(());
+        let records = load.await.unwrap();
+        let before: Vec<_> = records
+            .iter()
+            .filter(|r| (r.unix_ms as f64) < deleted)
+            .cloned()
+            .collect();
+        let during: Vec<_> = records
+            .iter()
+            .filter(|r| (r.unix_ms as f64) >= deleted && (r.unix_ms as f64) < rolled)
+            .cloned()
+            .collect();
+        let after: Vec<_> = records
+            .iter()
+            .filter(|r| r.unix_ms as f64 >= rolled)
+            .cloned()
+            .collect();
+        assert!(
+            before.iter().all(|r| r.ok()),
+            "before the deletion every request is served"
+        );
+        assert!(
+            !after.is_empty() && after.iter().all(|r| !r.ok()),
+            "a pod with no preloaded model answers no request: {:?}",
+            &after[..after.len().min(3)]
+        );
+        eprintln!("rollout::deleting_the_model (20 requests/s through the Gateway):");
+        let errors: Vec<_> = after.iter().filter_map(|r| r.error.clone()).collect();
+        let phases = vec![
+            phase("before", &before),
+            phase("deletion to rolled", &during),
+            phase("after", &after),
+        ];
+        eprintln!(
+            "  deletion → resource gone {:.1} s, → pods rolled {:.1} s; errors after: {:?}",
+            (gone - deleted) / 1000.0,
+            (rolled - deleted) / 1000.0,
+            errors.first()
+        );
+        record_result(json!({
+            "scenario": "deleting_the_model", "rps": 20, "phases": phases,
+            "deletion_to_rolled_s": ((rolled - deleted) / 100.0).round() / 10.0,
+            "error_after": errors.first(),
+        }));
+        app.env.finish().await;
+    });
 }
 
 /// v1 → v2 at 20 requests/s: no request fails; no answer names v2 before
