@@ -215,15 +215,19 @@ impl RolloutStrategy {
     /// is off.
     pub fn fail_fast_restarts(&self) -> Option<i32> {
         match &self.fail_fast {
-            None => Some(crate::rollout::crash_loop::DEFAULT_RESTARTS),
+            None => Some(DEFAULT_FAIL_FAST_RESTARTS),
             Some(f) if f.enabled => Some(f.restarts),
             Some(_) => None,
         }
     }
 }
 
+/// Restarts of one container after which a rollout fails fast, unless
+/// `rolloutStrategy.failFast` says otherwise.
+pub const DEFAULT_FAIL_FAST_RESTARTS: i32 = 2;
+
 fn default_fail_fast_restarts() -> i32 {
-    crate::rollout::crash_loop::DEFAULT_RESTARTS
+    DEFAULT_FAIL_FAST_RESTARTS
 }
 
 impl Default for RolloutStrategy {

@@ -16,10 +16,6 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-/// Restarts of one container after which a rollout fails fast, unless
-/// `rolloutStrategy.failFast` says otherwise.
-pub const DEFAULT_RESTARTS: i32 = 2;
-
 /// The longest quote of a container's words in a condition or an Event.
 const QUOTE_CHARS: usize = 400;
 

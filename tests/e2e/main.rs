@@ -25,7 +25,8 @@ mod render;
 mod snapshots;
 mod support;
 
-use libtest_mimic::{Arguments, Trial};
+use libtest_mimic::Arguments;
+pub use support::trial;
 
 fn main() {
     let args = Arguments::from_args();
@@ -50,17 +51,4 @@ fn main() {
         support::stop_cluster();
     }
     conclusion.exit();
-}
-
-/// A trial from a plain function that panics on failure.
-pub fn trial(name: &'static str, test: fn()) -> Trial {
-    Trial::test(name, move || {
-        std::panic::catch_unwind(test).map_err(|e| {
-            e.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "test panicked".into())
-                .into()
-        })
-    })
 }

@@ -83,14 +83,7 @@ pub fn run_with_input(args: &[&str], input: &str) -> std::process::Output {
 /// Starts the control plane (building it on first use) unless it already
 /// runs; returns true when this call started it, so the caller stops it.
 pub fn start_cluster() -> bool {
-    let was_running = Command::new(root().join("tests/cluster/up"))
-        .arg("--check")
-        .arg(cluster_dir())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if was_running {
+    if cluster_running() {
         eprintln!(
             "e2e: reusing the running control plane in {}",
             cluster_dir().display()
@@ -109,6 +102,17 @@ pub fn start_cluster() -> bool {
         cluster_dir().display()
     );
     true
+}
+
+/// Whether the control plane in [`cluster_dir`] runs and is healthy.
+pub fn cluster_running() -> bool {
+    Command::new(root().join("tests/cluster/up"))
+        .arg("--check")
+        .arg(cluster_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Stops the control plane started by [`start_cluster`].
@@ -773,4 +777,17 @@ pub fn kubectl(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A trial from a plain function that panics on failure.
+pub fn trial(name: &'static str, test: fn()) -> libtest_mimic::Trial {
+    libtest_mimic::Trial::test(name, move || {
+        std::panic::catch_unwind(test).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "test panicked".into())
+                .into()
+        })
+    })
 }

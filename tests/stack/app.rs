@@ -19,14 +19,7 @@ pub const NAME: &str = "openmed-service";
 
 /// Brings the stack up; whether it was not running before.
 pub fn start_stack() -> bool {
-    let was_running = Command::new(root().join("tests/cluster/up"))
-        .arg("--check")
-        .arg(cluster_dir())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-        && cluster_dir().join("gateway-url").exists();
+    let was_running = cluster_running() && cluster_dir().join("gateway-url").exists();
     eprintln!(
         "stack: {} the real stack (tests/workload/up); a first run builds it",
         if was_running { "checking" } else { "starting" }
@@ -165,6 +158,27 @@ pub fn ready_ms(pod: &Pod) -> Option<f64> {
         .iter()
         .find(|c| c.type_ == "Ready" && c.status == "True")?;
     Some(ready.last_transition_time.as_ref()?.0.as_millisecond() as f64)
+}
+
+/// The records of the requests sent in `[from, to)` (ms since the epoch).
+pub fn sent_between(records: &[Record], from: f64, to: f64) -> Vec<Record> {
+    records
+        .iter()
+        .filter(|r| (r.unix_ms as f64) >= from && (r.unix_ms as f64) < to)
+        .cloned()
+        .collect()
+}
+
+/// Every request got a 200.
+pub fn assert_all_served(records: &[Record]) {
+    let failed: Vec<_> = records.iter().filter(|r| !r.ok()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {:?}",
+        failed.len(),
+        records.len(),
+        &failed[..failed.len().min(5)]
+    );
 }
 
 /// Prints a phase's figures and returns them as JSON for the results file.

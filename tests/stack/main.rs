@@ -22,6 +22,7 @@ mod crash;
 mod rollout;
 
 use libtest_mimic::{Arguments, Trial};
+pub use support::trial;
 
 fn main() {
     support::use_cluster_dir(support::root().join("target/workload"));
@@ -35,17 +36,4 @@ fn main() {
         app::stop_stack();
     }
     conclusion.exit();
-}
-
-/// A trial from a plain function that panics on failure.
-pub fn trial(name: &'static str, test: fn()) -> Trial {
-    Trial::test(name, move || {
-        std::panic::catch_unwind(test).map_err(|e| {
-            e.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "test panicked".into())
-                .into()
-        })
-    })
 }

@@ -44,14 +44,7 @@ fn a_manual_rollback_drops_nothing() {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let _ = stop.send(());
         let records = load.await.unwrap();
-        let failed: Vec<_> = records.iter().filter(|r| !r.ok()).collect();
-        assert!(
-            failed.is_empty(),
-            "{} of {} failed: {:?}",
-            failed.len(),
-            records.len(),
-            &failed[..failed.len().min(5)]
-        );
+        assert_all_served(&records);
         let late: Vec<_> = records
             .iter()
             .filter(|r| r.unix_ms as f64 >= done && r.model_name.as_deref() != Some(V1))
@@ -61,21 +54,9 @@ fn a_manual_rollback_drops_nothing() {
             "answered by another model after the rollback: {late:?}"
         );
         eprintln!("rollout::a_manual_rollback_drops_nothing (20 requests/s through the Gateway):");
-        let before: Vec<_> = records
-            .iter()
-            .filter(|r| (r.unix_ms as f64) < asked)
-            .cloned()
-            .collect();
-        let during: Vec<_> = records
-            .iter()
-            .filter(|r| (r.unix_ms as f64) >= asked && (r.unix_ms as f64) < done)
-            .cloned()
-            .collect();
-        let after: Vec<_> = records
-            .iter()
-            .filter(|r| r.unix_ms as f64 >= done)
-            .cloned()
-            .collect();
+        let before = sent_between(&records, 0.0, asked);
+        let during = sent_between(&records, asked, done);
+        let after = sent_between(&records, done, f64::INFINITY);
         let phases = vec![
             phase("before", &before),
             phase("annotation to rolled back", &during),
@@ -139,21 +120,9 @@ fn deleting_the_model_is_what_clients_see() {
         tokio::time::sleep(Duration::from_secs(3)).await;
         let _ = stop.send(());
         let records = load.await.unwrap();
-        let before: Vec<_> = records
-            .iter()
-            .filter(|r| (r.unix_ms as f64) < deleted)
-            .cloned()
-            .collect();
-        let during: Vec<_> = records
-            .iter()
-            .filter(|r| (r.unix_ms as f64) >= deleted && (r.unix_ms as f64) < rolled)
-            .cloned()
-            .collect();
-        let after: Vec<_> = records
-            .iter()
-            .filter(|r| r.unix_ms as f64 >= rolled)
-            .cloned()
-            .collect();
+        let before = sent_between(&records, 0.0, deleted);
+        let during = sent_between(&records, deleted, rolled);
+        let after = sent_between(&records, rolled, f64::INFINITY);
         assert!(
             before.iter().all(|r| r.ok()),
             "before the deletion every request is served"
@@ -219,14 +188,7 @@ fn a_version_bump_drops_nothing() {
         assert!(!new_ready.is_empty(), "the v2 pods are Ready");
         let first_v2_ready = new_ready.iter().copied().fold(f64::INFINITY, f64::min);
 
-        let failed: Vec<_> = records.iter().filter(|r| !r.ok()).collect();
-        assert!(
-            failed.is_empty(),
-            "{} of {} requests failed: {:?}",
-            failed.len(),
-            records.len(),
-            &failed[..failed.len().min(5)]
-        );
+        assert_all_served(&records);
         let v2: Vec<_> = records
             .iter()
             .filter(|r| r.model_name.as_deref() == Some(V2))
@@ -258,21 +220,9 @@ fn a_version_bump_drops_nothing() {
             .map(|r| r.answered_unix_ms())
             .fold(0.0, f64::max);
         eprintln!("rollout::a_version_bump_drops_nothing (20 requests/s through the Gateway):");
-        let before: Vec<_> = records
-            .iter()
-            .filter(|r| (r.unix_ms as f64) < bumped)
-            .cloned()
-            .collect();
-        let during: Vec<_> = records
-            .iter()
-            .filter(|r| (r.unix_ms as f64) >= bumped && (r.unix_ms as f64) < succeeded)
-            .cloned()
-            .collect();
-        let after: Vec<_> = records
-            .iter()
-            .filter(|r| r.unix_ms as f64 >= succeeded)
-            .cloned()
-            .collect();
+        let before = sent_between(&records, 0.0, bumped);
+        let during = sent_between(&records, bumped, succeeded);
+        let after = sent_between(&records, succeeded, f64::INFINITY);
         let phases = vec![
             phase("before the bump", &before),
             phase("bump to RolloutSucceeded", &during),

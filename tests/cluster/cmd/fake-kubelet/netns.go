@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -243,23 +244,8 @@ func (n *podNetwork) forwardNodePorts(ports []int) error {
 		n.nodePorts[port] = true
 		n.mu.Unlock()
 		klog.InfoS("forwarding a node port to pods", "address", addr, "to", fmt.Sprintf("%s:%d", hostIP, port))
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					h, err := net.DialTimeout("tcp", fmt.Sprintf("%s:%d", hostIP, port), 5*time.Second)
-					if err != nil {
-						return
-					}
-					defer h.Close()
-					pipe(c, h)
-				}()
-			}
-		}()
+		target := net.JoinHostPort(hostIP, strconv.Itoa(port))
+		go serve(l, func() (net.Conn, error) { return net.DialTimeout("tcp", target, 5*time.Second) })
 	}
 	return nil
 }
@@ -275,27 +261,33 @@ func (n *podNetwork) forward(ctx context.Context, listen, target string) error {
 		<-ctx.Done()
 		l.Close()
 	}()
-	go func() {
-		for {
-			c, err := l.Accept()
+	go serve(l, func() (net.Conn, error) {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return n.dial(dctx, "tcp", target)
+	})
+	return nil
+}
+
+// serve accepts until the listener closes and pipes each connection to
+// one that dial opens.
+func serve(l net.Listener, dial func() (net.Conn, error)) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			p, err := dial()
 			if err != nil {
+				klog.V(2).InfoS("forward: cannot reach the other side", "listener", l.Addr().String(), "err", err)
 				return
 			}
-			go func() {
-				defer c.Close()
-				dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				p, err := n.dial(dctx, "tcp", target)
-				cancel()
-				if err != nil {
-					klog.V(2).InfoS("hostPort: cannot reach pod", "target", target, "err", err)
-					return
-				}
-				defer p.Close()
-				pipe(c, p)
-			}()
-		}
-	}()
-	return nil
+			defer p.Close()
+			pipe(c, p)
+		}()
+	}
 }
 
 // pipe copies both ways, passing on each side's end of stream.
