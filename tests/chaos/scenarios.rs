@@ -1443,7 +1443,9 @@ fn restart_mid_change(prefix: &str, component: &str, change: Change, seed: u64) 
         // recover from the restart (their informers back off too): on a
         // loaded machine that took over two minutes, whatever the operator
         // did, so the bound here is the control plane's, not the operator's.
-        stage.converge_within = Duration::from_secs(300);
+        // Once (2026-12-02, in .ci/run) a kube-apiserver restart took over
+        // 300 s; its replays took 8 s.
+        stage.converge_within = Duration::from_secs(420);
         let mut driver = Driver::new();
         let first = driver.version(&stage, "good");
         // A rollout of a good version must outlast the restart: with the
