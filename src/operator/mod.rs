@@ -498,10 +498,16 @@ async fn run_scope(
         // ReplicaSets only fill their cache: a snapshot they stop needing is
         // collected at the model's next resync.
         .watches_stream(replica_set_events, |_| None::<ObjectRef<RawModel>>)
-        // A pod's restarts are looked at by the models of its namespace.
+        // A pod that restarted or exited is looked at by the models of its
+        // namespace. Pods coming and going are already Deployment status
+        // changes: waking on them too would cut short the backoff of a
+        // resource that keeps failing.
         .watches_stream(pod_events, {
             let models = models.clone();
             move |pod: Pod| {
+                if !has_crashed(&pod) {
+                    return Vec::new();
+                }
                 let namespace = pod.namespace().unwrap_or_default();
                 models
                     .state()
@@ -623,6 +629,22 @@ fn keep_container_statuses(pod: &mut Pod) {
         }),
         ..PodStatus::default()
     });
+}
+
+/// A container of the pod restarted, or has exited.
+fn has_crashed(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|c| {
+            c.restart_count > 0
+                || c.last_state
+                    .as_ref()
+                    .is_some_and(|s| s.terminated.is_some())
+                || c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+        })
 }
 
 /// Changes when a pod appears, goes, or a container restarts or exits:
