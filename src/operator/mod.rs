@@ -43,6 +43,7 @@ use crate::api::names::{
     OPERATED_BY_LABEL, PRELOAD_ENV,
 };
 use crate::rollout::Settings;
+use crate::rollout::crash_loop::PodView;
 use health::Health;
 use leader::{Fence, FenceLayer};
 use metrics::Metrics;
@@ -505,7 +506,7 @@ async fn run_scope(
         .watches_stream(pod_events, {
             let models = models.clone();
             move |pod: Pod| {
-                if !has_crashed(&pod) {
+                if !PodView::of(&pod).crashed() {
                     return Vec::new();
                 }
                 let namespace = pod.namespace().unwrap_or_default();
@@ -631,39 +632,11 @@ fn keep_container_statuses(pod: &mut Pod) {
     });
 }
 
-/// A container of the pod restarted, or has exited.
-fn has_crashed(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .any(|c| {
-            c.restart_count > 0
-                || c.last_state
-                    .as_ref()
-                    .is_some_and(|s| s.terminated.is_some())
-                || c.state.as_ref().is_some_and(|s| s.terminated.is_some())
-        })
-}
-
-/// Changes when a pod appears, goes, or a container restarts or exits:
-/// the only changes of a pod a decision reads.
+/// Changes with what a decision reads of a pod (its [`PodView`]).
 fn restarts(pod: &Pod) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    pod.metadata.deletion_timestamp.is_some().hash(&mut hasher);
-    for c in pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or_default()
-    {
-        (&c.name, c.restart_count).hash(&mut hasher);
-        let exit = c.last_state.as_ref().and_then(|s| s.terminated.as_ref());
-        exit.map(|t| (t.exit_code, t.finished_at.as_ref().map(|f| f.0.as_second())))
-            .hash(&mut hasher);
-    }
+    PodView::of(pod).hash(&mut hasher);
     Some(hasher.finish())
 }
 

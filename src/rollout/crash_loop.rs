@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 const QUOTE_CHARS: usize = 400;
 
 /// What the operator keeps of a pod.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct PodView {
     /// Its namespace.
     pub namespace: String,
@@ -35,7 +35,7 @@ pub struct PodView {
 }
 
 /// One container's state, as the kubelet reports it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ContainerView {
     /// The container's name.
     pub name: String,
@@ -89,6 +89,17 @@ impl PodView {
             terminating: pod.metadata.deletion_timestamp.is_some(),
             containers,
         }
+    }
+}
+
+impl PodView {
+    /// A container restarted or exited: the only news about a pod that a
+    /// decision reads (pods coming and going show in the Deployment's
+    /// status already).
+    pub fn crashed(&self) -> bool {
+        self.containers
+            .iter()
+            .any(|c| c.restarts > 0 || c.last_exit.is_some())
     }
 }
 
@@ -298,6 +309,13 @@ mod tests {
             last_words(&silent, "ns", "new", "svc").unwrap(),
             "pod new-c: exit code 137 (Error)"
         );
+    }
+
+    #[test]
+    fn a_pod_has_crashed_once_a_container_restarted_or_exited() {
+        assert!(!pod("a", "new", 0, None).crashed());
+        assert!(pod("a", "new", 1, None).crashed());
+        assert!(pod("a", "new", 0, Some((0, "done"))).crashed());
     }
 
     #[test]
