@@ -218,7 +218,8 @@ print(json.dumps(answers))
 }
 
 /// The test image's app answers a request that names no model with the
-/// model it preloaded, and leaves every other request to the service.
+/// model it preloaded, names its pod in a header, and leaves every other
+/// request to the service.
 #[test]
 fn the_image_defaults_to_its_preloaded_model_and_changes_nothing_else() {
     runtime().block_on(async {
@@ -251,6 +252,11 @@ fn the_image_defaults_to_its_preloaded_model_and_changes_nothing_else() {
             .await
             .unwrap();
         assert_eq!(answer.status(), 200);
+        assert_eq!(
+            answer.headers()["x-openmed-pod"],
+            Service::POD_NAME,
+            "every answer names the pod that gave it"
+        );
         let body: Value = answer.json().await.unwrap();
         assert_eq!(body["model_name"], "OpenMed/synthetic-pii-v2", "{body}");
         assert!(

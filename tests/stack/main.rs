@@ -19,6 +19,7 @@ mod env;
 
 mod app;
 mod crash;
+mod recreate;
 mod rollout;
 
 use libtest_mimic::{Arguments, Trial};
@@ -29,6 +30,7 @@ fn main() {
     let args = Arguments::from_args();
     let mut trials: Vec<Trial> = rollout::trials();
     trials.extend(crash::trials());
+    trials.extend(recreate::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && app::start_stack();
     let conclusion = libtest_mimic::run(&args, trials);

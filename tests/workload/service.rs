@@ -103,6 +103,7 @@ impl Service {
             .env("OPENMED_SERVICE_PRELOAD_MODELS", model)
             .env("OPENMED_SERVICE_TRUSTED_HOSTS", "127.0.0.1,localhost")
             .env("PYTHONPATH", workload.join("image"))
+            .env("HOSTNAME", Service::POD_NAME)
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -111,6 +112,9 @@ impl Service {
             .unwrap();
         Service { child, port, dir }
     }
+
+    /// The HOSTNAME the service runs with, as a kubelet sets a pod's name.
+    pub const POD_NAME: &'static str = "openmed-service-5d8f7c9b4-x2k8q";
 
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)

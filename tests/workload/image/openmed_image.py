@@ -37,11 +37,14 @@ def preloaded_default():
 class DefaultModel:
     """ASGI middleware: the preloaded model is the default model_name."""
 
-    def __init__(self, app, model):
+    def __init__(self, app, model, pod=None):
         self.app = app
         self.model = model
+        self.pod = pod
 
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.pod:
+            send = self.naming_pod(send)
         if (
             self.model is None
             or scope["type"] != "http"
@@ -79,6 +82,17 @@ class DefaultModel:
 
         await self.app(scope, replaying_receive, send)
 
+    def naming_pod(self, send):
+        pod = self.pod.encode()
+
+        async def send_with_pod(message):
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = list(message.get("headers") or []) + [(b"x-openmed-pod", pod)]
+            await send(message)
+
+        return send_with_pod
+
     def with_default(self, body):
         try:
             payload = json.loads(body)
@@ -90,4 +104,4 @@ class DefaultModel:
         return json.dumps(payload).encode()
 
 
-app = DefaultModel(service_app, preloaded_default())
+app = DefaultModel(service_app, preloaded_default(), os.getenv("HOSTNAME"))

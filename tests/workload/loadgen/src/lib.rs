@@ -52,6 +52,10 @@ pub struct Record {
     pub model_name: Option<String>,
     /// The service's error code, or `timeout`, `connect`, `ConnectionReset`...
     pub error: Option<String>,
+    /// The pod that answered, when the service names it (the test image's
+    /// `x-openmed-pod` header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
 }
 
 impl Record {
@@ -130,9 +134,14 @@ async fn send(i: u64, start: Instant, sent: Instant, request: reqwest::RequestBu
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     let answer = request.send().await;
-    let (status, model_name, error) = match answer {
+    let (status, model_name, error, pod) = match answer {
         Ok(answer) => {
             let status = answer.status().as_u16();
+            let pod = answer
+                .headers()
+                .get(POD_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             let body: Value = answer.json().await.unwrap_or(Value::Null);
             let model = body["model_name"].as_str().map(str::to_owned);
             let error = (status != 200).then(|| {
@@ -140,9 +149,9 @@ async fn send(i: u64, start: Instant, sent: Instant, request: reqwest::RequestBu
                     .as_str()
                     .map_or_else(|| format!("HTTP {status}"), str::to_owned)
             });
-            (Some(status), model, error)
+            (Some(status), model, error, pod)
         }
-        Err(e) => (None, None, Some(describe(&e))),
+        Err(e) => (None, None, Some(describe(&e)), None),
     };
     Record {
         i,
@@ -152,8 +161,12 @@ async fn send(i: u64, start: Instant, sent: Instant, request: reqwest::RequestBu
         latency_ms: sent.elapsed().as_secs_f64() * 1000.0,
         model_name,
         error,
+        pod,
     }
 }
+
+/// The response header that names the pod that answered.
+pub const POD_HEADER: &str = "x-openmed-pod";
 
 /// A transport error in a few words: timeout, refused, reset.
 fn describe(e: &reqwest::Error) -> String {
