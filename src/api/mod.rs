@@ -5,6 +5,7 @@ mod canary;
 mod crd;
 pub mod endpoints;
 pub mod names;
+pub mod quality;
 pub mod rules;
 mod types;
 mod validate;
@@ -14,6 +15,7 @@ pub use canary::{
     CanaryTargetRef, Metric, Outcome, PrometheusQuery, ThresholdRange, TrafficRef, Webhook,
 };
 pub use crd::{crd, crd_yaml, openapi_schema};
+pub use quality::QualityGate;
 pub use types::{
     OpenMedModel, OpenMedModelSpec, OpenMedModelStatus, Phase, RolloutStrategy, StrategyType,
     TargetRef, Tier,

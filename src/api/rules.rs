@@ -122,6 +122,16 @@ pub fn is_service_model_id(version: &str) -> bool {
     }
 }
 
+/// An entity label of a probe set or of `minRecall`, as the service
+/// reports labels: letters, digits, `_`, `.`, `-`, at most 63, starting
+/// with a letter or digit.
+pub fn is_probe_label(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 /// True when `s` is an RFC 1123 DNS label (at most 63 characters), the rule
 /// for namespace names.
 pub fn is_dns_label(s: &str) -> bool {

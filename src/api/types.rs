@@ -19,6 +19,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::canary::{Canary, CanaryStatus};
+use super::quality::QualityGate;
 use super::rules;
 
 /// The model an existing OpenMed REST Deployment serves, declared in Git.
@@ -108,6 +109,16 @@ pub struct OpenMedModelSpec {
     /// and any change while this is unset, roll out directly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<Canary>,
+
+    /// Judge each new pod on labelled probes before it serves: the pod
+    /// template gets the readiness gate `openmed.ai/model-quality`, the
+    /// operator sends the probe set to the pod's own `POST /pii/extract`
+    /// once it is ready, and marks the gate passed only when the recall per
+    /// label reaches `minRecall`. A pod that misses fails the rollout,
+    /// which then rolls back as any failed rollout does. Needs the
+    /// operator to reach pod addresses (docs/quality.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality_gate: Option<QualityGate>,
 }
 
 /// Size tier of a model.

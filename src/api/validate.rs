@@ -271,10 +271,23 @@ fn check_object(
         .unwrap_or(&empty);
     let open = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
         || schema.get("additionalProperties").is_some();
+    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
+        && map.len() as u64 > max
+    {
+        errors.push(error(
+            path,
+            format!("has {} entries, at most {max} are allowed", map.len()),
+        ));
+    }
+    let values = schema.get("additionalProperties").filter(|v| v.is_object());
     for (key, child) in map {
         let child_path = format!("{path}.{key}");
         match properties.get(key) {
             Some(child_schema) => check_node(child, child_schema, &child_path, errors),
+            // A map: every value has the same schema.
+            None if values.is_some() => {
+                check_node(child, values.expect("checked"), &child_path, errors)
+            }
             None if open => {}
             None => {
                 let known: Vec<&str> = properties.keys().map(String::as_str).collect();

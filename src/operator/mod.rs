@@ -43,7 +43,7 @@ use crate::api::names::{
     OPERATED_BY_LABEL, PRELOAD_ENV,
 };
 use crate::rollout::Settings;
-use crate::rollout::crash_loop::PodView;
+use crate::rollout::pods::PodView;
 use health::Health;
 use leader::{Fence, FenceLayer};
 use metrics::Metrics;

@@ -438,7 +438,7 @@ struct World {
     rivals: Vec<Rival>,
     autoscaled: bool,
     snapshot_uses: Vec<rollout::SnapshotUse>,
-    pods: Vec<rollout::crash_loop::PodView>,
+    pods: Vec<rollout::pods::PodView>,
 }
 
 fn now() -> Time {
@@ -785,12 +785,12 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
     snapshot_uses.sort();
     snapshot_uses.dedup();
 
-    let pods: Vec<rollout::crash_loop::PodView> = ctx
+    let pods: Vec<rollout::pods::PodView> = ctx
         .pods
         .state()
         .iter()
         .filter(|p| in_namespace(&p.metadata, namespace))
-        .map(|p| rollout::crash_loop::PodView::of(p))
+        .map(|p| rollout::pods::PodView::of(p))
         .collect();
 
     Ok(World {

@@ -19,6 +19,7 @@ use crate::api::names::{
     FIELD_MANAGER, MANIFEST_HASH_ANNOTATION, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
     OPERATED_BY_LABEL, PRELOAD_ENV,
 };
+use crate::api::quality::QUALITY_CONDITION;
 use crate::api::{OpenMedModelSpec, StrategyType};
 
 /// Where the container's `OPENMED_SERVICE_PRELOAD_MODELS` comes from.
@@ -58,6 +59,10 @@ pub struct DeploymentFields {
     pub strategy: Option<Value>,
     /// `spec.progressDeadlineSeconds`; `None` leaves it alone.
     pub progress_deadline_seconds: Option<i32>,
+    /// The pod template's readiness gate `openmed.ai/model-quality`
+    /// (`spec.qualityGate`): a pod is Ready only once the operator has
+    /// judged its model.
+    pub quality_gate: bool,
 }
 
 /// The target has no container of the configured name.
@@ -116,6 +121,7 @@ impl DeploymentFields {
             },
             strategy: Some(strategy),
             progress_deadline_seconds: Some(rollout.progress_deadline_seconds),
+            quality_gate: normalized.quality_gate.is_some(),
         }
     }
 
@@ -144,6 +150,7 @@ impl DeploymentFields {
             progress_deadline_seconds: field("progressDeadlineSeconds")
                 .and_then(|v| v.as_i64())
                 .map(|d| d as i32),
+            quality_gate: false,
         }
     }
 
@@ -242,12 +249,13 @@ impl DeploymentFields {
         if let Some(short) = &self.snapshot_label {
             template_metadata["labels"] = json!({ MANIFEST_SNAPSHOT_LABEL: short });
         }
+        let mut pod_spec = json!({ "containers": [{ "name": self.container, "env": [env] }] });
+        if self.quality_gate {
+            pod_spec["readinessGates"] = json!([{ "conditionType": QUALITY_CONDITION }]);
+        }
         spec.insert(
             "template".into(),
-            json!({
-                "metadata": template_metadata,
-                "spec": { "containers": [{ "name": self.container, "env": [env] }] },
-            }),
+            json!({ "metadata": template_metadata, "spec": pod_spec }),
         );
         json!({
             "apiVersion": "apps/v1",
@@ -325,6 +333,25 @@ impl DeploymentFields {
         let operated_by = self.owner.as_ref().map(|_| FIELD_MANAGER);
         set_or_remove(object_in(meta, "labels"), OPERATED_BY_LABEL, operated_by);
         drop_if_empty(meta, "labels");
+
+        let pod_spec = object_at(deployment, &["spec", "template", "spec"]);
+        let gates = pod_spec
+            .entry("readinessGates")
+            .or_insert_with(|| json!([]));
+        if !gates.is_array() {
+            *gates = json!([]);
+        }
+        let list = gates.as_array_mut().expect("just made a list");
+        let ours =
+            |g: &Value| g.get("conditionType").and_then(Value::as_str) == Some(QUALITY_CONDITION);
+        match (self.quality_gate, list.iter().any(ours)) {
+            (true, false) => list.push(json!({ "conditionType": QUALITY_CONDITION })),
+            (false, true) => list.retain(|g| !ours(g)),
+            _ => {}
+        }
+        if list.is_empty() {
+            pod_spec.remove("readinessGates");
+        }
 
         let spec = object_at(deployment, &["spec"]);
         for (key, value) in self.spec_fields() {
@@ -446,6 +473,38 @@ mod tests {
 
     fn fields(extra: Value, target: TargetOptions) -> DeploymentFields {
         plan(&id(), &spec(extra), target).deployment
+    }
+
+    #[test]
+    fn a_quality_gate_puts_the_readiness_gate_in_the_template_beside_others() {
+        let gated = fields(
+            json!({"qualityGate": {"configMapRef": {"name": "probes"}}}),
+            TargetOptions::default(),
+        );
+        assert_eq!(
+            gated.apply_body()["spec"]["template"]["spec"]["readinessGates"],
+            json!([{"conditionType": "openmed.ai/model-quality"}])
+        );
+        let plain = fields(json!({}), TargetOptions::default());
+        assert!(plain.apply_body()["spec"]["template"]["spec"]["readinessGates"].is_null());
+
+        let mut target = deployment();
+        target["spec"]["template"]["spec"]["readinessGates"] =
+            json!([{"conditionType": "example.com/theirs"}]);
+        gated.apply_to(&mut target).unwrap();
+        let twice = target.clone();
+        gated.apply_to(&mut target).unwrap();
+        assert_eq!(target, twice, "applying again changes nothing");
+        assert_eq!(
+            target["spec"]["template"]["spec"]["readinessGates"],
+            json!([{"conditionType": "example.com/theirs"}, {"conditionType": "openmed.ai/model-quality"}])
+        );
+        plain.apply_to(&mut target).unwrap();
+        assert_eq!(
+            target["spec"]["template"]["spec"]["readinessGates"],
+            json!([{"conditionType": "example.com/theirs"}]),
+            "without the gate only ours goes"
+        );
     }
 
     fn deployment() -> Value {

@@ -14,94 +14,10 @@
 //! Pure: the shell passes the pods it watches (those with the snapshot
 //! label) reduced to [`PodView`]s.
 
-use k8s_openapi::api::core::v1::Pod;
+use super::pods::{ContainerView, PodView, of_template};
 
 /// The longest quote of a container's words in a condition or an Event.
 const QUOTE_CHARS: usize = 400;
-
-/// What the operator keeps of a pod.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct PodView {
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-    /// Its template's snapshot label (the revision it runs), if any.
-    pub snapshot: Option<String>,
-    /// Being deleted: its restarts say nothing about the rollout.
-    pub terminating: bool,
-    /// Its containers' states.
-    pub containers: Vec<ContainerView>,
-}
-
-/// One container's state, as the kubelet reports it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct ContainerView {
-    /// The container's name.
-    pub name: String,
-    /// `restartCount`.
-    pub restarts: i32,
-    /// `lastState.terminated` (or `state.terminated`): exit code, reason
-    /// and message.
-    pub last_exit: Option<(i32, String, String)>,
-}
-
-impl PodView {
-    /// The part of a pod that [`crash_loop`] and [`last_words`] read.
-    pub fn of(pod: &Pod) -> PodView {
-        let containers = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .map(|statuses| {
-                statuses
-                    .iter()
-                    .map(|c| {
-                        let terminated = c
-                            .last_state
-                            .as_ref()
-                            .and_then(|s| s.terminated.as_ref())
-                            .or_else(|| c.state.as_ref().and_then(|s| s.terminated.as_ref()));
-                        ContainerView {
-                            name: c.name.clone(),
-                            restarts: c.restart_count,
-                            last_exit: terminated.map(|t| {
-                                (
-                                    t.exit_code,
-                                    t.reason.clone().unwrap_or_default(),
-                                    t.message.clone().unwrap_or_default(),
-                                )
-                            }),
-                        }
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        PodView {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            snapshot: pod
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(crate::api::names::MANIFEST_SNAPSHOT_LABEL))
-                .cloned(),
-            terminating: pod.metadata.deletion_timestamp.is_some(),
-            containers,
-        }
-    }
-}
-
-impl PodView {
-    /// A container restarted or exited: the only news about a pod that a
-    /// decision reads (pods coming and going show in the Deployment's
-    /// status already).
-    pub fn crashed(&self) -> bool {
-        self.containers
-            .iter()
-            .any(|c| c.restarts > 0 || c.last_exit.is_some())
-    }
-}
 
 /// A container of the rolled-out template that keeps crashing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,16 +86,6 @@ pub fn last_words(
         .map(|(p, said)| format!("pod {}: {said}", p.name))
 }
 
-fn of_template<'a>(
-    pods: &'a [PodView],
-    namespace: &'a str,
-    snapshot: &'a str,
-) -> impl Iterator<Item = &'a PodView> {
-    pods.iter().filter(move |p| {
-        p.namespace == namespace && !p.terminating && p.snapshot.as_deref() == Some(snapshot)
-    })
-}
-
 /// "exit code 3: <words>", from the container's last exit.
 fn said(c: &ContainerView) -> Option<String> {
     let (code, reason, message) = c.last_exit.as_ref()?;
@@ -235,12 +141,12 @@ mod tests {
             namespace: "ns".into(),
             name: name.into(),
             snapshot: Some(snapshot.into()),
-            terminating: false,
             containers: vec![ContainerView {
                 name: "svc".into(),
                 restarts,
                 last_exit: exit.map(|(c, m)| (c, "Error".into(), m.into())),
             }],
+            ..PodView::default()
         }
     }
 

@@ -20,7 +20,9 @@ pub mod analysis;
 mod canary;
 pub mod conditions;
 pub mod crash_loop;
+pub mod pods;
 pub mod progress;
+pub mod quality;
 mod resource;
 pub mod route;
 
@@ -93,7 +95,7 @@ pub struct Observed<'a> {
     pub measurements: &'a [analysis::Measurement],
     /// Pods with the snapshot label in the resource's namespace (the
     /// operator watches no others): how the new template's pods fare.
-    pub pods: &'a [crash_loop::PodView],
+    pub pods: &'a [pods::PodView],
     /// Policy switches.
     pub settings: Settings,
     /// The time to stamp on conditions and events.
@@ -323,6 +325,15 @@ pub mod reason {
     /// A pod of the new template restarted `rolloutStrategy.failFast`
     /// times: the rollout failed before its progress deadline.
     pub const CRASH_LOOP: &str = "CrashLoop";
+    /// A pod of the new template failed the quality gate
+    /// (`spec.qualityGate`): the rollout failed before its progress
+    /// deadline. Also the reason of the gate's Event on each judged pod.
+    pub const QUALITY_GATE_FAILED: &str = "QualityGateFailed";
+    /// A pod passed the quality gate.
+    pub const QUALITY_GATE_PASSED: &str = "QualityGatePassed";
+    /// The quality gate could not judge a pod (no answer, no probe set):
+    /// it stays unready and is probed again.
+    pub const QUALITY_GATE_INCONCLUSIVE: &str = "QualityGateInconclusive";
 }
 
 /// The `action` of an `events.k8s.io/v1` Event: what the operator was doing
@@ -347,6 +358,7 @@ pub fn action(event_reason: &str) -> &'static str {
         | ANALYSIS_FAILED
         | ANALYSIS_INCONCLUSIVE
         | ANALYSIS_ENDPOINT_NOT_ALLOWED => "Canary",
+        QUALITY_GATE_FAILED | QUALITY_GATE_PASSED | QUALITY_GATE_INCONCLUSIVE => "QualityGate",
         DRIFT_CORRECTED => "RestoreOwnedFields",
         TARGET_RELEASED => "Release",
         _ => "Reconcile",
@@ -1131,16 +1143,29 @@ impl<'a> Step<'a> {
         }
     }
 
-    /// A pod of `wanted`'s template that keeps crashing, when fail-fast is on.
-    fn crash_loop(&self, wanted: &Plan) -> Option<crash_loop::Crash> {
-        let restarts = wanted.normalized.rollout_strategy.fail_fast_restarts()?;
-        crash_loop::crash_loop(
-            self.obs.pods,
-            &self.obs.resource.namespace,
-            wanted.deployment.snapshot_label.as_deref()?,
-            &wanted.deployment.container,
-            restarts,
-        )
+    /// Evidence from the pods of `wanted`'s template that its rollout has
+    /// failed before the Deployment controller says so: a pod that keeps
+    /// crashing (when fail-fast is on), or one that failed the quality
+    /// gate. The reason and the message.
+    fn failed_early(&self, wanted: &Plan) -> Option<(&'static str, String)> {
+        let snapshot = wanted.deployment.snapshot_label.as_deref()?;
+        let namespace = &self.obs.resource.namespace;
+        let container = &wanted.deployment.container;
+        let crash = wanted
+            .normalized
+            .rollout_strategy
+            .fail_fast_restarts()
+            .and_then(|restarts| {
+                crash_loop::crash_loop(self.obs.pods, namespace, snapshot, container, restarts)
+            })
+            .map(|crash| (reason::CRASH_LOOP, crash.message(container)));
+        let quality = || {
+            wanted.deployment.quality_gate.then(|| {
+                quality::failure(self.obs.pods, namespace, snapshot)
+                    .map(|message| (reason::QUALITY_GATE_FAILED, message))
+            })?
+        };
+        crash.or_else(quality)
     }
 
     /// What a failing pod of `wanted`'s template said last.
@@ -1197,11 +1222,10 @@ impl<'a> Step<'a> {
             },
             (Mode::Forward, Progress::InProgress | Progress::NotObserved)
                 if !matches!(phase, Some(Phase::Ready | Phase::Failed))
-                    && self.crash_loop(wanted).is_some() =>
+                    && self.failed_early(wanted).is_some() =>
             {
-                let crash = self.crash_loop(wanted).expect("checked above");
-                let message = crash.message(&wanted.deployment.container);
-                self.failed(desired, wanted, target, reason::CRASH_LOOP, &message)
+                let (why, message) = self.failed_early(wanted).expect("checked above");
+                self.failed(desired, wanted, target, why, &message)
             }
             (Mode::Forward, Progress::InProgress | Progress::NotObserved) => match phase {
                 Some(Phase::Ready) => self.steady(target, wanted),
@@ -1575,6 +1599,9 @@ fn changed_fields(before: &Value, after: &Value) -> Vec<&'static str> {
     let containers = "/spec/template/spec/containers";
     if differs(containers) {
         changes.push("the OPENMED_SERVICE_PRELOAD_MODELS entry");
+    }
+    if differs("/spec/template/spec/readinessGates") {
+        changes.push("the quality gate's readiness gate");
     }
     if differs("/spec/template/metadata/annotations") {
         changes.push("pod-template annotations");

@@ -40,7 +40,7 @@ struct World {
     /// Snapshots that ReplicaSets reference.
     replica_sets: Vec<SnapshotUse>,
     /// Pods with the snapshot label, as the kubelet reports them.
-    pods: Vec<crate::rollout::crash_loop::PodView>,
+    pods: Vec<crate::rollout::pods::PodView>,
     rivals: Vec<Rival>,
     autoscaled: bool,
     settings: Settings,
@@ -411,16 +411,39 @@ impl World {
             .map(str::to_owned);
         let namespace = self.resource.namespace.clone();
         self.pods.retain(|p| p.name != name);
-        self.pods.push(crate::rollout::crash_loop::PodView {
+        self.pods.push(crate::rollout::pods::PodView {
             namespace,
             name: name.into(),
             snapshot,
-            terminating: false,
-            containers: vec![crate::rollout::crash_loop::ContainerView {
+            containers: vec![crate::rollout::pods::ContainerView {
                 name: "openmed-service".into(),
                 restarts,
                 last_exit: Some((3, "Error".into(), message.into())),
             }],
+            ..Default::default()
+        });
+    }
+
+    /// A pod of the current template that the quality gate judged.
+    fn judged_pod(&mut self, name: &str, passed: bool, message: &str) {
+        let snapshot = self.dep()["spec"]["template"]["metadata"]["labels"]
+            [MANIFEST_SNAPSHOT_LABEL]
+            .as_str()
+            .map(str::to_owned);
+        let namespace = self.resource.namespace.clone();
+        self.pods.retain(|p| p.name != name);
+        self.pods.push(crate::rollout::pods::PodView {
+            owner: Some(format!("{namespace}/svc")),
+            namespace,
+            name: name.into(),
+            snapshot,
+            containers_ready: true,
+            gated: true,
+            quality: Some(crate::rollout::pods::QualityMark {
+                passed,
+                message: message.into(),
+            }),
+            ..Default::default()
         });
     }
 
@@ -503,6 +526,15 @@ fn server_side_apply(target: &mut Value, body: &Value, landed: Value) {
                 .as_object_mut()
                 .unwrap()
                 .remove(MANIFEST_SNAPSHOT_LABEL);
+        }
+    }
+    // readinessGates is an atomic list: the applier's whole list, or none.
+    match spec.pointer("/template/spec/readinessGates") {
+        Some(gates) => target["spec"]["template"]["spec"]["readinessGates"] = gates.clone(),
+        None => {
+            if let Some(pod) = target["spec"]["template"]["spec"].as_object_mut() {
+                pod.remove("readinessGates");
+            }
         }
     }
     for container in spec
@@ -2158,6 +2190,50 @@ fn fail_fast_can_be_turned_off_and_a_deadline_failure_quotes_the_pod() {
         "{}",
         events[0].message
     );
+}
+
+#[test]
+fn a_pod_of_the_new_template_that_fails_the_quality_gate_fails_the_rollout_at_once() {
+    let gate = json!({"configMapRef": {"name": "probes"}, "minRecall": {"DATE": 0.95}});
+    let mut w = World::ready_at("v1");
+    let mut gated = spec("v1");
+    gated["qualityGate"] = gate.clone();
+    w.set_spec(gated);
+    w.now += 10;
+    w.reconcile();
+    let conditions = w.status().conditions.clone();
+    assert_eq!(
+        w.dep()["spec"]["template"]["spec"]["readinessGates"],
+        json!([{"conditionType": "openmed.ai/model-quality"}]),
+        "adding the gate is a rollout of the same version: {conditions:?}"
+    );
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+
+    let mut next = spec("v2");
+    next["qualityGate"] = gate;
+    w.set_spec(next);
+    w.now += 10;
+    w.reconcile();
+    w.judged_pod("svc-v2-b", true, "passed: DATE recall 1.00 (3/3)");
+    w.now += 10;
+    assert!(w.reconcile().is_empty(), "a pod that passed is no failure");
+    const MISSED: &str = "DATE recall 0.00 is below 0.95 (minRecall): DATE recall 0.00 (0/3), NAME recall 1.00 (4/4)";
+    w.judged_pod("svc-v2-a", false, MISSED);
+    w.now += 10;
+    let events = w.reconcile();
+    assert_eq!(
+        reasons(&events),
+        [reason::ROLLOUT_FAILED, reason::ROLLBACK_STARTED]
+    );
+    assert_eq!(
+        events[0].message,
+        format!("v2 did not become ready: pod svc-v2-a failed the quality gate: {MISSED}")
+    );
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
+    assert_eq!(w.cm_version(), "v1");
 }
 
 #[test]
