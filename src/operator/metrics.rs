@@ -63,6 +63,8 @@ pub struct Metrics {
     canaries: Family<OutcomeLabels, Counter>,
     analysis_failures: Counter,
     route_drift: Counter,
+    quality_probes: Family<OutcomeLabels, Counter>,
+    quality_marks: Family<OutcomeLabels, Counter>,
     active: Gauge<i64, AtomicI64>,
     backoff: Gauge<i64, AtomicI64>,
     failing_watches: Gauge<i64, AtomicI64>,
@@ -84,6 +86,18 @@ impl Default for Metrics {
         let canaries = Family::<OutcomeLabels, Counter>::default();
         let analysis_failures = Counter::default();
         let route_drift = Counter::default();
+        let quality_probes = Family::<OutcomeLabels, Counter>::default();
+        let quality_marks = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "openmed_quality_probe_requests",
+            "Requests the quality gate sent to pods, by outcome (answered, failed)",
+            quality_probes.clone(),
+        );
+        registry.register(
+            "openmed_quality_gate_pods",
+            "Pods the quality gate judged, by outcome (passed, failed, inconclusive)",
+            quality_marks.clone(),
+        );
         registry.register(
             "openmed_canaries",
             "Canaries, by outcome (started, promoted, aborted)",
@@ -170,6 +184,8 @@ impl Default for Metrics {
             canaries,
             analysis_failures,
             route_drift,
+            quality_probes,
+            quality_marks,
             active,
             backoff,
             failing_watches,
@@ -216,6 +232,25 @@ impl Metrics {
                 controller: CONTROLLER,
                 category,
             })
+            .inc();
+    }
+
+    /// Counts the quality gate's requests to one pod: `answered` got a
+    /// usable answer, `failed` did not.
+    pub fn quality_probes(&self, answered: u64, failed: u64) {
+        for (outcome, n) in [("answered", answered), ("failed", failed)] {
+            if n > 0 {
+                self.quality_probes
+                    .get_or_create(&OutcomeLabels { outcome })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// Counts one pod judged (`passed`, `failed`) or not (`inconclusive`).
+    pub fn quality_judged(&self, outcome: &'static str) {
+        self.quality_marks
+            .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 

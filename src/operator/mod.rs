@@ -15,6 +15,7 @@ pub mod leader;
 mod metrics;
 mod model;
 mod probe;
+mod quality;
 mod reconcile;
 mod retry;
 mod synced;
@@ -42,6 +43,7 @@ use crate::api::names::{
     FIELD_MANAGER, MANAGED_BY_LABEL, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
     OPERATED_BY_LABEL, PRELOAD_ENV,
 };
+use crate::api::quality::QUALITY_CONDITION;
 use crate::rollout::Settings;
 use crate::rollout::pods::PodView;
 use health::Health;
@@ -499,14 +501,15 @@ async fn run_scope(
         // ReplicaSets only fill their cache: a snapshot they stop needing is
         // collected at the model's next resync.
         .watches_stream(replica_set_events, |_| None::<ObjectRef<RawModel>>)
-        // A pod that restarted or exited is looked at by the models of its
+        // A pod that restarted or exited, or whose model the quality gate
+        // is to judge or failed, is looked at by the models of its
         // namespace. Pods coming and going are already Deployment status
         // changes: waking on them too would cut short the backoff of a
         // resource that keeps failing.
         .watches_stream(pod_events, {
             let models = models.clone();
             move |pod: Pod| {
-                if !PodView::of(&pod).crashed() {
+                if !PodView::of(&pod).is_news() {
                     return Vec::new();
                 }
                 let namespace = pod.namespace().unwrap_or_default();
@@ -605,18 +608,40 @@ fn forget_template(replica_set: &mut ReplicaSet) {
     }
 }
 
-/// Keeps of an HPA only its identity and scale target: all `decide` asks of
-/// it is whether it scales a model's Deployment.
-/// Keeps of a pod what `decide` reads: name, namespace, labels, deletion,
-/// and its containers' restart counts and last exits.
+/// Keeps of a pod what the core reads ([`PodView`]): name, namespace,
+/// labels, the ownership annotation, deletion, its containers' restart
+/// counts and last exits, its address, and the conditions and readiness
+/// gate of the quality gate.
 fn keep_container_statuses(pod: &mut Pod) {
     forget_managed_fields(pod);
     let meta = &mut pod.metadata;
-    meta.annotations = None;
+    meta.annotations = meta.annotations.take().and_then(|mut all| {
+        let owner = all.remove(MODEL_RESOURCE_ANNOTATION)?;
+        Some(std::collections::BTreeMap::from([(
+            MODEL_RESOURCE_ANNOTATION.to_owned(),
+            owner,
+        )]))
+    });
     meta.owner_references = None;
-    pod.spec = None;
-    let statuses = pod.status.take().and_then(|s| s.container_statuses);
+    let gates = pod.spec.take().and_then(|s| s.readiness_gates);
+    pod.spec = gates.map(|gates| k8s_openapi::api::core::v1::PodSpec {
+        readiness_gates: Some(gates),
+        ..Default::default()
+    });
+    let status = pod.status.take().unwrap_or_default();
+    let statuses = status.container_statuses;
     pod.status = Some(PodStatus {
+        pod_ip: status.pod_ip,
+        conditions: status.conditions.map(|all| {
+            all.into_iter()
+                .filter(|c| c.type_ == "ContainersReady" || c.type_ == QUALITY_CONDITION)
+                .map(|mut c| {
+                    c.last_probe_time = None;
+                    c.last_transition_time = None;
+                    c
+                })
+                .collect()
+        }),
         container_statuses: statuses.map(|all| {
             all.into_iter()
                 .map(|mut c| {
@@ -640,6 +665,8 @@ fn restarts(pod: &Pod) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// Keeps of an HPA only its identity and scale target: all `decide` asks of
+/// it is whether it scales a model's Deployment.
 fn keep_scale_target(hpa: &mut HorizontalPodAutoscaler) {
     forget_managed_fields(hpa);
     let meta = &mut hpa.metadata;

@@ -1,5 +1,6 @@
 //! Runs the canary checks `decide` asks for: PromQL instant queries against
-//! the Prometheus HTTP API, and webhook POSTs. Every problem becomes a
+//! the Prometheus HTTP API, and webhook POSTs; and the quality gate's
+//! requests to pods. Every problem becomes a
 //! reading (`Failed`), never an error of the reconcile: `decide` treats it
 //! as no data, which holds the step.
 //!
@@ -19,6 +20,7 @@ use url::Url;
 use crate::api::endpoints::redact;
 use crate::api::rules::WEBHOOK_TIMEOUT_MAX;
 use crate::rollout::analysis::{Check, Measurement, Reading};
+use crate::rollout::quality::Answer;
 
 /// How long a Prometheus query may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,6 +81,25 @@ impl Prober {
             }
         }))
         .await
+    }
+
+    /// One quality-gate request: `body` POSTed to a pod's
+    /// `/pii/extract`, the answer read by `rollout::quality::answer`.
+    pub async fn extract(&self, url: &str, body: &Value, timeout: Duration) -> Answer {
+        let sent = self
+            .client
+            .post(url)
+            .json(body)
+            .timeout(timeout)
+            .send()
+            .await;
+        let answer = match sent {
+            Ok(answer) => answer,
+            Err(e) => return Answer::Failed(failure(e)),
+        };
+        let status = answer.status().as_u16();
+        let body = answer.json::<Value>().await.unwrap_or(Value::Null);
+        crate::rollout::quality::answer(status, &body)
     }
 
     async fn query(&self, url: &Url, query: &str) -> Reading {

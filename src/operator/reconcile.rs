@@ -465,6 +465,9 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     } else {
         ctx.prober.measure(&checks).await
     };
+    // The quality gate judges the pods that await it, before the decisions
+    // that read their marks.
+    let judge_again = super::quality::judge_pods(&current, ctx).await;
     for _ in 0..MAX_PASSES {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
@@ -513,7 +516,10 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         if decision.writes.is_empty() {
             record_events(ctx, &current, &decision).await;
             let resync = ctx.resync;
-            let after = decision.requeue_after.map_or(resync, |d| d.min(resync));
+            let after = [decision.requeue_after, judge_again]
+                .into_iter()
+                .flatten()
+                .fold(resync, Duration::min);
             return Ok(Action::requeue(after));
         }
         last_writes = describe(&decision.writes);

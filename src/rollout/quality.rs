@@ -20,9 +20,13 @@
 //! entity is correct when it overlaps an expected one of its label.
 
 use k8s_openapi::api::apps::v1::Deployment;
+use serde_json::{Value, json};
 
 use super::pods::{PodView, of_template};
+use super::resource::ResourceView;
 use crate::api::quality::{ProbeSet, QualityGate, Span};
+use crate::api::{OpenMedModelSpec, validate_spec};
+use crate::plan::{self, TargetOptions};
 
 /// How long an unjudged pod waits before it is probed again after an
 /// inconclusive round.
@@ -235,6 +239,79 @@ pub fn judge(
         }
     }
     Verdict::Pass { summary }
+}
+
+/// The gate of a resource, when its spec (valid) asks for one, and the
+/// container that serves the model.
+pub fn gate_of(resource: &ResourceView) -> Option<(QualityGate, String)> {
+    let spec = validate_spec(&resource.spec, None).ok()?;
+    Some((spec.quality_gate?, spec.target_ref.container_name))
+}
+
+/// The version a pod of template `snapshot` serves: the spec's, or a
+/// retained one's (a rollback's pods), matched by the template's snapshot
+/// label. The gate names it in each request, as a client that knows the
+/// version would.
+pub fn version_of(resource: &ResourceView, snapshot: &str) -> Option<String> {
+    let spec: Option<OpenMedModelSpec> = validate_spec(&resource.spec, None).ok();
+    let status = &resource.status;
+    let id = resource.id();
+    [
+        spec.as_ref(),
+        status.rollback_spec.as_ref(),
+        status.last_successful_spec.as_ref(),
+        status.previous_successful_spec.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|s| {
+        let placed = match &spec {
+            Some(current) => plan::placed_as(s, current),
+            None => (*s).clone(),
+        };
+        let planned = plan::plan(&id, &placed, TargetOptions::default());
+        planned.deployment.snapshot_label.as_deref() == Some(snapshot)
+    })
+    .map(|s| s.version.clone())
+}
+
+/// The request body for one probe text.
+pub fn request(set: &ProbeSet, text: &str, version: &str) -> Value {
+    let mut body = Value::Object(set.request.clone());
+    body["text"] = json!(text);
+    body["model_name"] = json!(version);
+    body
+}
+
+/// Reads the service's answer to `POST /pii/extract`: its `entities`
+/// (`label`, `start`, `end`) on a 200, else why not.
+pub fn answer(status: u16, body: &Value) -> Answer {
+    if status != 200 {
+        let code = body
+            .pointer("/error/code")
+            .and_then(Value::as_str)
+            .map(|c| format!(" ({c})"))
+            .unwrap_or_default();
+        return Answer::Failed(format!("HTTP {status}{code}"));
+    }
+    let Some(entities) = body.get("entities").and_then(Value::as_array) else {
+        return Answer::Failed("a 200 without entities: not the OpenMed service's answer".into());
+    };
+    let mut found = Vec::with_capacity(entities.len());
+    for e in entities {
+        let label = e.get("label").and_then(Value::as_str);
+        let start = e.get("start").and_then(Value::as_u64);
+        let end = e.get("end").and_then(Value::as_u64);
+        match (label, start, end) {
+            (Some(label), Some(start), Some(end)) => found.push(Span {
+                label: label.to_owned(),
+                start: start as usize,
+                end: end as usize,
+            }),
+            _ => return Answer::Failed("an entity without label, start and end".into()),
+        }
+    }
+    Answer::Found(found)
 }
 
 /// A pod to probe now.
@@ -566,6 +643,62 @@ mod tests {
         assert_eq!((due[1].pod.as_str(), due[1].stable), ("old-a", true));
         // Nothing to judge: no stable pod either.
         assert!(probes_due(&gate(&[], true), &pods[1..], "ns/svc", 80).is_empty());
+    }
+
+    #[test]
+    fn the_services_answer_gives_the_entities_or_says_why_not() {
+        let ok = json!({"entities": [{"label": "NAME", "start": 8, "end": 18, "text": "John Smith", "confidence": 0.9}],
+                        "model_name": "OpenMed/v1"});
+        assert_eq!(answer(200, &ok), Answer::Found(vec![span("NAME", 8, 18)]));
+        assert_eq!(
+            answer(503, &json!({"error": {"code": "circuit_breaker_open"}})),
+            Answer::Failed("HTTP 503 (circuit_breaker_open)".into())
+        );
+        assert!(matches!(
+            answer(200, &json!({"ok": true})),
+            Answer::Failed(_)
+        ));
+        let mut set = set();
+        set.request.insert("use_smart_merging".into(), json!(false));
+        assert_eq!(
+            request(&set, "t", "OpenMed/v2"),
+            json!({"text": "t", "model_name": "OpenMed/v2", "use_smart_merging": false})
+        );
+    }
+
+    #[test]
+    fn a_pods_version_is_found_by_its_templates_snapshot_label() {
+        let mut resource = ResourceView::new(
+            &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("svc".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u".into()),
+                ..Default::default()
+            },
+            json!({"family": "pii", "tier": "Small", "version": "OpenMed/v2"}),
+            None,
+        );
+        let old: OpenMedModelSpec = serde_json::from_value(
+            json!({"family": "pii", "tier": "Small", "version": "OpenMed/v1"}),
+        )
+        .unwrap();
+        resource.status.last_successful_spec = Some(old.clone());
+        let label = |spec: &OpenMedModelSpec| {
+            plan::plan(&resource.id(), spec, TargetOptions::default())
+                .deployment
+                .snapshot_label
+                .unwrap()
+        };
+        let current: OpenMedModelSpec = serde_json::from_value(resource.spec.clone()).unwrap();
+        assert_eq!(
+            version_of(&resource, &label(&current)).as_deref(),
+            Some("OpenMed/v2")
+        );
+        assert_eq!(
+            version_of(&resource, &label(&old)).as_deref(),
+            Some("OpenMed/v1")
+        );
+        assert_eq!(version_of(&resource, "0000000000"), None);
     }
 
     #[test]

@@ -52,6 +52,8 @@ const DENIED: &[&[&str]] = &[
     &["get", "pods", "-n", "default"],
     &["delete", "pods", "-n", "default"],
     &["get", "pods", "--subresource=log", "-n", "default"],
+    &["patch", "pods", "-n", "default"],
+    &["update", "pods", "--subresource=status", "-n", "default"],
 ];
 
 const GRANTED: &[&[&str]] = &[
@@ -77,6 +79,7 @@ const GRANTED: &[&[&str]] = &[
     &["watch", "replicasets.apps", "-A"],
     &["list", "pods", "-A"],
     &["watch", "pods", "-A"],
+    &["patch", "pods", "--subresource=status", "-n", "default"],
     &["create", "configmaps", "-n", "default"],
     &["delete", "configmaps", "-n", "default"],
     &["list", "horizontalpodautoscalers.autoscaling", "-A"],

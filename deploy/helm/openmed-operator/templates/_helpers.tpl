@@ -92,10 +92,15 @@ docs/operations.md gives the reason for every rule.
   verbs: [list, watch]
 # Whether a pod of the template being rolled out keeps crashing, and
 # its termination message: only pods with the snapshot label (the
-# targets' pods), read, never written.
+# targets' pods), read; the pods themselves are never written.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]
+# spec.qualityGate: the condition openmed.ai/model-quality on a judged
+# pod's status (the pod's readiness gate). Nothing else of a pod.
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
 # Never write replicas while an autoscaler scales the target.
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
