@@ -424,7 +424,13 @@ pub struct Operator {
     pub addr: String,
     args: Vec<String>,
     kubeconfig: PathBuf,
+    /// The network namespace it runs in, when not the machine's.
+    netns: Option<String>,
 }
+
+/// The pods' gateway address: the node's address on the pod network
+/// (the first of the kubelet's pod CIDR, tests/cluster/state.sh).
+pub const POD_GATEWAY: &str = "10.244.0.1";
 
 /// The operator's identity in `deploy/operator`.
 pub const OPERATOR_IDENTITY: &str = "system:serviceaccount:openmed-system:openmed-operator";
@@ -586,11 +592,57 @@ impl Operator {
         Self::spawn_env(args, kubeconfig, log, Vec::new())
     }
 
+    /// `openmed-op run` for `namespace` on the pod network, as a pod of a
+    /// real cluster runs: in the process pods' node network namespace,
+    /// where pod addresses are reachable (the quality gate probes them), and
+    /// reaching the API server at the node's address, which the kubelet
+    /// forwards to this machine's (`tests/workload/up` lists its port).
+    /// Its `/metrics` address is inside that namespace too.
+    #[allow(dead_code)] // the real-stack suite
+    pub fn start_on_pod_network(namespace: &str, extra: &[&str]) -> Self {
+        let own = std::fs::read_to_string(operator_kubeconfig()).unwrap();
+        let mut config: Value = serde_yaml::from_str(&own).unwrap();
+        let server = config["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let port = server.rsplit(':').next().unwrap().to_owned();
+        config["clusters"][0]["cluster"]["server"] =
+            Value::String(format!("https://{POD_GATEWAY}:{port}"));
+        // The serving certificate names localhost, not the node address.
+        config["clusters"][0]["cluster"]["tls-server-name"] = Value::String("localhost".into());
+        let path = cluster_dir().join("operator-pod-network.kubeconfig");
+        std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+        let log = cluster_dir()
+            .join("logs")
+            .join(format!("operator-{namespace}.log"));
+        // The kubelet's namespaces are named after the API server's port
+        // (tests/cluster/state.sh, cluster_netns_prefix).
+        let netns = format!("fk{port}-node");
+        Self::spawn_in(
+            run_args(namespace, extra),
+            path,
+            log,
+            Vec::new(),
+            Some(netns),
+        )
+    }
+
     fn spawn_env(
+        args: Vec<String>,
+        kubeconfig: PathBuf,
+        log: PathBuf,
+        env: Vec<(String, String)>,
+    ) -> Self {
+        Self::spawn_in(args, kubeconfig, log, env, None)
+    }
+
+    fn spawn_in(
         mut args: Vec<String>,
         kubeconfig: PathBuf,
         log: PathBuf,
         env: Vec<(String, String)>,
+        netns: Option<String>,
     ) -> Self {
         let port = free_port();
         let addr = format!("127.0.0.1:{port}");
@@ -603,7 +655,15 @@ impl Operator {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = Command::new(binary())
+        let mut command = match &netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, binary()]);
+                c
+            }
+            None => Command::new(binary()),
+        };
+        let child = command
             .args(&full)
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info,openmed_op=debug")
@@ -620,6 +680,7 @@ impl Operator {
             args,
             kubeconfig,
             env,
+            netns,
         }
     }
 
@@ -648,14 +709,31 @@ impl Operator {
         let _ = self.child.wait();
     }
 
+    /// Its `/metrics`, read inside the network namespace it runs in.
+    #[allow(dead_code)] // the real-stack suite
+    pub fn metrics_in_netns(&self) -> Option<String> {
+        let url = format!("http://{}/metrics", self.addr);
+        let out = match &self.netns {
+            Some(ns) => Command::new("ip")
+                .args(["netns", "exec", ns, "curl", "-sf", &url])
+                .output(),
+            None => Command::new("curl").args(["-sf", &url]).output(),
+        }
+        .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Starts it again with the same arguments.
     pub fn restart(&mut self) {
         self.kill();
-        *self = Self::spawn_env(
+        *self = Self::spawn_in(
             self.args.clone(),
             self.kubeconfig.clone(),
             self.log.clone(),
             self.env.clone(),
+            self.netns.clone(),
         );
     }
 

@@ -90,13 +90,56 @@ pub struct App {
     pub url: String,
 }
 
+/// The example's OpenMedModel with `spec.qualityGate` naming the example's
+/// probe set (`examples/real/probes.yaml`), and that ConfigMap.
+fn gated_model() -> String {
+    let model = std::fs::read_to_string(root().join("examples/real/openmedmodel.yaml")).unwrap();
+    let mut value: Value = serde_yaml::from_str(&model).unwrap();
+    value["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    value["spec"]["qualityGate"] =
+        json!({"configMapRef": {"name": "pii-probes"}, "minRecall": {"*": 1.0}});
+    let probes = std::fs::read_to_string(root().join("examples/real/probes.yaml")).unwrap();
+    let mut probes: Value = serde_yaml::from_str(&probes).unwrap();
+    probes["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("namespace");
+    format!(
+        "{}---\n{}",
+        serde_yaml::to_string(&probes).unwrap(),
+        serde_yaml::to_string(&value).unwrap()
+    )
+}
+
 impl App {
     pub async fn deploy(prefix: &str) -> App {
         let env = Env::new(prefix).await;
-        env.apply(&example(&env.ns.name)).await;
         let model =
             std::fs::read_to_string(root().join("examples/real/openmedmodel.yaml")).unwrap();
-        env.apply(&model).await;
+        Self::deploy_in(env, &model).await
+    }
+
+    /// The example with the quality gate on, its operator on the pod
+    /// network (the gate probes pod addresses).
+    pub async fn deploy_gated(prefix: &str) -> App {
+        let client = admin().await;
+        install_crd(&client).await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        let operator = Operator::start_on_pod_network(&ns.name, &[]);
+        let env = Env {
+            client,
+            ns,
+            operator,
+        };
+        Self::deploy_in(env, &gated_model()).await
+    }
+
+    async fn deploy_in(env: Env, model: &str) -> App {
+        env.apply(&example(&env.ns.name)).await;
+        env.apply(model).await;
         env.wait_ready(NAME, V1).await;
         let url = format!("{}/{}", gateway_url(), env.ns.name);
         let ready = format!("{url}/readyz");

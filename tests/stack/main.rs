@@ -19,6 +19,7 @@ mod env;
 
 mod app;
 mod crash;
+mod quality;
 mod recreate;
 mod rollout;
 
@@ -31,6 +32,7 @@ fn main() {
     let mut trials: Vec<Trial> = rollout::trials();
     trials.extend(crash::trials());
     trials.extend(recreate::trials());
+    trials.extend(quality::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && app::start_stack();
     let conclusion = libtest_mimic::run(&args, trials);
