@@ -617,3 +617,77 @@ fn the_rules_read_other_kinds_and_invalid_yaml_values_without_failing() {
     let f = only(&outcome.findings, rule::ROLLBACK_NOT_RETAINED);
     assert!(f.message.contains("\"2\""), "{}", f.message);
 }
+
+// The quality gate's probe set ---------------------------------------------
+
+const PROBES: &str = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: pii-probes
+  namespace: team
+data:
+  probes.yaml: |
+    apiVersion: openmed.ai/v1alpha1
+    kind: PIIProbeSet
+    probes:
+      - text: Patient John Smith
+        entities:
+          - {label: NAME, start: 8, end: 18}
+";
+
+fn gated() -> Model {
+    model("svc", "OpenMed/pii-v1").spec("  qualityGate:\n    configMapRef: {name: pii-probes}\n")
+}
+
+#[test]
+fn a_quality_gate_whose_probe_set_is_in_the_tree_and_reads_has_no_finding() {
+    let text = format!("{}---\n{PROBES}", gated().yaml());
+    let findings = case(parse_stream("m.yaml", &text).unwrap()).findings();
+    none(&findings, rule::QUALITY_GATE_PROBES);
+}
+
+#[test]
+fn a_quality_gate_whose_probe_set_is_missing_is_an_error_at_the_reference() {
+    let findings = case(file("m.yaml", &[&gated()])).findings();
+    let f = only(&findings, rule::QUALITY_GATE_PROBES);
+    assert_eq!(f.severity, Severity::Error);
+    assert_eq!(
+        f.field.as_deref(),
+        Some("spec.qualityGate.configMapRef.name")
+    );
+    assert_eq!(f.location.line, Some(11));
+    assert!(
+        f.message
+            .contains("\"pii-probes\" (the probe set) is not in the tree in namespace team"),
+        "{}",
+        f.message
+    );
+    // One in another namespace is not the one.
+    let elsewhere = PROBES.replace("namespace: team", "namespace: other");
+    let text = format!("{}---\n{elsewhere}", gated().yaml());
+    let findings = case(parse_stream("m.yaml", &text).unwrap()).findings();
+    only(&findings, rule::QUALITY_GATE_PROBES);
+}
+
+#[test]
+fn a_malformed_probe_set_is_an_error_at_its_own_line() {
+    let bad = PROBES.replace("start: 8, end: 18", "start: 8, end: 80");
+    let text = format!("{}---\n{bad}", gated().yaml());
+    let findings = case(parse_stream("m.yaml", &text).unwrap()).findings();
+    let f = only(&findings, rule::QUALITY_GATE_PROBES);
+    assert_eq!(f.location.document, 2);
+    // The entity's own line in the file (the ConfigMap starts at 13).
+    let text_lines: Vec<&str> = text.lines().collect();
+    assert_eq!(f.location.line, Some(25), "{f:#?}");
+    assert!(text_lines[24].contains("end: 80"), "{}", text_lines[24]);
+    assert_eq!(
+        f.field.as_deref(),
+        Some("data.probes.yaml: probes[0].entities[0]")
+    );
+    assert!(
+        f.message
+            .contains("span 8..80 is not inside the text's 18 characters"),
+        "{}",
+        f.message
+    );
+}

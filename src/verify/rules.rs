@@ -46,6 +46,9 @@ pub mod rule {
     pub const TARGET_CHANGED: &str = "TargetChanged";
     /// The cluster rolled back, and Git still asks for the failed version.
     pub const GIT_BEHIND_ROLLBACK: &str = "GitBehindRollback";
+    /// `spec.qualityGate` names a probe set that is not in the tree, or
+    /// one the operator could not read: every new pod would stay unready.
+    pub const QUALITY_GATE_PROBES: &str = "QualityGateProbes";
 }
 
 /// An OpenMedModel's identity: it survives renames and moves between files.
@@ -248,6 +251,7 @@ pub fn check(input: &Input) -> Outcome {
         mutable_version(&facts, &mut findings);
         service_model_id(&facts, &mut findings);
         target_changed(&change, &mut findings);
+        quality_gate_probes(&facts, input.rev, ns, &mut findings);
 
         resources.push(ResourceSummary {
             resource: facts.key.to_string(),
@@ -597,6 +601,93 @@ fn service_model_id(facts: &Facts, findings: &mut Vec<Finding>) {
         .resource(facts.key.to_string())
         .field("spec.version"),
     );
+}
+
+/// `spec.qualityGate.configMapRef` names a ConfigMap of the tree, in the
+/// resource's namespace, whose `probes.yaml` the operator can read: else
+/// every new pod would wait, unready, for a judgement that never comes.
+/// Problems inside the probe set point at their own line.
+fn quality_gate_probes(facts: &Facts, docs: &[Document], ns: &str, findings: &mut Vec<Finding>) {
+    use crate::api::quality::{PROBE_SET_KEY, parse_probe_set};
+    let field = "spec.qualityGate.configMapRef.name";
+    let Some(name) = facts
+        .doc
+        .value
+        .pointer("/spec/qualityGate/configMapRef/name")
+        .and_then(Value::as_str)
+    else {
+        return;
+    };
+    let here = facts.key.namespace.as_str();
+    let finding = |at: &crate::source::Location, field: &str, message: String| {
+        Finding::error(at, rule::QUALITY_GATE_PROBES, message)
+            .resource(facts.key.to_string())
+            .field(field)
+    };
+    let found = docs.iter().find(|d| {
+        d.kind() == Some("ConfigMap")
+            && d.api_version() == Some("v1")
+            && d.name() == Some(name)
+            && manifests::namespace_of(d, ns) == here
+    });
+    let Some(cm) = found else {
+        findings.push(finding(
+            &facts.doc.at(field),
+            field,
+            format!(
+                "ConfigMap {} (the probe set) is not in the tree in namespace {here}; add it beside the OpenMedModel, or every new pod waits unready for a judgement that never comes",
+                crate::text::quote(name)
+            ),
+        ));
+        return;
+    };
+    let key_path = format!("data.{PROBE_SET_KEY}");
+    let Some(text) = cm
+        .value
+        .pointer(&format!("/data/{PROBE_SET_KEY}"))
+        .and_then(Value::as_str)
+    else {
+        findings.push(finding(
+            &cm.at("data"),
+            &key_path,
+            format!(
+                "ConfigMap {} has no key {PROBE_SET_KEY}: the probe set (docs/quality.md)",
+                crate::text::quote(name)
+            ),
+        ));
+        return;
+    };
+    // The probe set's lines sit below the key's line (a block scalar).
+    let base = cm.line_of(&key_path);
+    let inner_at = |line: usize| crate::source::Location {
+        line: (base > 0).then_some(base + line.max(1)),
+        ..cm.at(&key_path)
+    };
+    match crate::source::parse_stream(&cm.origin, text) {
+        Err(e) => findings.push(finding(
+            &cm.at(&key_path),
+            &key_path,
+            format!("the probe set is not YAML: {e}"),
+        )),
+        Ok(inner) if inner.len() != 1 => findings.push(finding(
+            &cm.at(&key_path),
+            &key_path,
+            format!("the probe set holds {} documents, not one", inner.len()),
+        )),
+        Ok(inner) => {
+            if let Err(errors) = parse_probe_set(&inner[0].value) {
+                for e in errors {
+                    let at = inner_at(inner[0].line_of(&e.path));
+                    let path = if e.path.is_empty() {
+                        key_path.clone()
+                    } else {
+                        format!("{key_path}: {}", e.path)
+                    };
+                    findings.push(finding(&at, &path, format!("probe set: {e}")));
+                }
+            }
+        }
+    }
 }
 
 /// Revision names that usually move: tags and branch names.
