@@ -207,6 +207,25 @@ fn a_target_in_the_input_gets_exactly_the_operator_fields() {
 }
 
 #[test]
+fn a_quality_gate_shows_as_the_templates_readiness_gate() {
+    let gated = MODEL.replace(
+        "spec:\n",
+        "spec:\n  qualityGate:\n    configMapRef: {name: pii-probes}\n",
+    );
+    assert_ne!(gated, MODEL);
+    for input in [format!("{DEPLOYMENT}---\n{gated}"), gated.clone()] {
+        let out = openmed_op(&["render", "-", "-o", "json"], Some(&input));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(
+            deployment_in(&list)["spec"]["template"]["spec"]["readinessGates"],
+            serde_json::json!([{"conditionType": "openmed.ai/model-quality"}]),
+            "in a full Deployment and in a patch"
+        );
+    }
+}
+
+#[test]
 fn without_its_target_a_resource_gets_a_strategic_merge_patch() {
     let out = openmed_op(&["render", "-"], Some(MODEL));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
