@@ -244,6 +244,8 @@ pub fn judge(
 /// The gate of a resource, when its spec (valid) asks for one, and the
 /// container that serves the model.
 pub fn gate_of(resource: &ResourceView) -> Option<(QualityGate, String)> {
+    // Most resources have no gate: no validation for them on each resync.
+    resource.spec.get("qualityGate")?;
     let spec = validate_spec(&resource.spec, None).ok()?;
     Some((spec.quality_gate?, spec.target_ref.container_name))
 }
