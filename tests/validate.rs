@@ -609,7 +609,7 @@ fn canary_cross_field_rules_name_their_field() {
     rejects(
         with_canary("analysis", json!({"interval": "1m"})),
         "spec.canary.analysis",
-        &["at least one metric or webhook"],
+        &["at least one metric, webhook or probe set"],
     );
     rejects(
         with_canary(

@@ -126,8 +126,8 @@ pub struct CanaryStep {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "(has(self.metrics) ? self.metrics.size() : 0) + (has(self.webhooks) ? self.webhooks.size() : 0) > 0",
-    "message": "analysis needs at least one metric or webhook",
+    "rule": "(has(self.metrics) ? self.metrics.size() : 0) + (has(self.webhooks) ? self.webhooks.size() : 0) + (has(self.probes) ? 1 : 0) > 0",
+    "message": "analysis needs at least one metric, webhook or probe set",
 }]))]
 pub struct Analysis {
     /// How often to measure, as `30s`, `1m`. Default `1m`.
@@ -151,6 +151,13 @@ pub struct Analysis {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub webhooks: Vec<Webhook>,
+
+    /// Labelled probes sent to each ready canary pod every round (and to a
+    /// stable pod with `notWorseThanStable`), judged on recall per label
+    /// as the quality gate judges them (docs/quality.md). Recorded as the
+    /// measurement `probes`, figures only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<super::QualityGate>,
 }
 
 /// One Prometheus measurement.

@@ -23,6 +23,7 @@ use super::reconcile::Context;
 use crate::api::quality::{
     PROBE_SET_KEY, ProbeSet, QUALITY_CONDITION, QualityGate, parse_probe_set,
 };
+use crate::rollout::analysis::{Check, Measurement, Reading};
 use crate::rollout::pods::PodView;
 use crate::rollout::quality::{self, Answer, PodProbe, Scores, Verdict};
 use crate::rollout::{Event, EventType, reason};
@@ -61,16 +62,7 @@ pub async fn judge_pods(resource: &RawModel, ctx: &Context) -> Option<Duration> 
             return retry;
         }
     };
-    let rounds = join_all(due.iter().map(|probe| {
-        let version = pods
-            .iter()
-            .find(|p| p.name == probe.pod)
-            .and_then(|p| p.snapshot.as_deref())
-            .and_then(|s| quality::version_of(&view, s));
-        let set = &set;
-        async move { (probe, round(ctx, set, probe, version.as_deref()).await) }
-    }))
-    .await;
+    let rounds = rounds(ctx, &view, &pods, &set, &due).await;
     let stable: Option<Scores> = rounds
         .iter()
         .find(|(p, _)| p.stable)
@@ -110,6 +102,73 @@ pub async fn judge_pods(resource: &RawModel, ctx: &Context) -> Option<Duration> 
         }
     }
     again
+}
+
+/// Measures a canary's probes (`spec.canary.analysis.probes`): the probe
+/// set sent to each ready canary pod, and a stable one with
+/// `notWorseThanStable`, judged as one reading.
+pub async fn measure_canary(resource: &RawModel, ctx: &Context, check: &Check) -> Measurement {
+    let reading = match check {
+        Check::Probes {
+            gate,
+            canary,
+            stable,
+        } => canary_reading(resource, ctx, gate, canary, stable.as_deref()).await,
+        other => Reading::Failed(format!("{} is not a probe check", other.name())),
+    };
+    Measurement {
+        name: check.name().to_owned(),
+        reading,
+    }
+}
+
+async fn canary_reading(
+    resource: &RawModel,
+    ctx: &Context,
+    gate: &QualityGate,
+    canary: &str,
+    stable: Option<&str>,
+) -> Reading {
+    let view = resource.view();
+    let pods = pod_views(&ctx.pods, &view.namespace);
+    let target = ctx.deployments.state().into_iter().find(|d| {
+        d.metadata.namespace.as_deref() == Some(view.namespace.as_str())
+            && d.metadata.name.as_deref() == Some(resource.target_name())
+    });
+    let container = quality::container_of(&view);
+    let Some(port) = target.and_then(|t| quality::service_port(&t, &container)) else {
+        return Reading::Failed("the service's port is not known (no container port)".into());
+    };
+    let due = quality::canary_probes(gate, &pods, &view.key(), canary, stable, port);
+    let set = match probe_set(ctx, &view.namespace, gate).await {
+        Ok(set) => set,
+        Err(why) => return Reading::Failed(format!("the probe set cannot be read: {why}")),
+    };
+    let rounds = rounds(ctx, &view, &pods, &set, &due).await;
+    let (outcome, message) = quality::judge_round(gate, &set, &rounds);
+    Reading::Judged(outcome, message)
+}
+
+/// One round per pod, at once: each pod gets every text, one after another.
+async fn rounds(
+    ctx: &Context,
+    view: &crate::rollout::ResourceView,
+    pods: &[PodView],
+    set: &ProbeSet,
+    due: &[PodProbe],
+) -> Vec<(PodProbe, Result<Scores, String>)> {
+    join_all(due.iter().map(|probe| {
+        let version = pods
+            .iter()
+            .find(|p| p.name == probe.pod)
+            .and_then(|p| p.snapshot.as_deref())
+            .and_then(|s| quality::version_of(view, s));
+        async move {
+            let scores = round(ctx, set, probe, version.as_deref()).await;
+            (probe.clone(), scores)
+        }
+    }))
+    .await
 }
 
 /// The pods of `namespace` in the cache, as the core reads them.

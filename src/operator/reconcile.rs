@@ -460,11 +460,17 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     // A canary's checks, when due, run once, before the decisions that
     // judge them.
     let checks = rollout::analysis_checks(&current.view(), &ctx.settings, &now());
-    let measurements = if checks.is_empty() {
+    let (probes, endpoints): (Vec<_>, Vec<_>) = checks
+        .into_iter()
+        .partition(|c| matches!(c, rollout::analysis::Check::Probes { .. }));
+    let mut measurements = if endpoints.is_empty() {
         Vec::new()
     } else {
-        ctx.prober.measure(&checks).await
+        ctx.prober.measure(&endpoints).await
     };
+    for check in &probes {
+        measurements.push(super::quality::measure_canary(&current, ctx, check).await);
+    }
     // The quality gate judges the pods that await it, before the decisions
     // that read their marks.
     let judge_again = super::quality::judge_pods(&current, ctx).await;

@@ -28,6 +28,17 @@ pub enum Check {
         /// The query, placeholders filled in.
         query: String,
     },
+    /// The probe set sent to the canary's ready pods (and one stable pod
+    /// with `notWorseThanStable`); the shell finds the pods
+    /// ([`super::quality::canary_probes`]).
+    Probes {
+        /// The gate's fields.
+        gate: crate::api::QualityGate,
+        /// The canary template's snapshot label.
+        canary: String,
+        /// The stable template's snapshot label, if known.
+        stable: Option<String>,
+    },
     /// A POST of `body` (JSON) to `url`.
     Webhook {
         /// The webhook's name.
@@ -47,6 +58,7 @@ impl Check {
     pub fn name(&self) -> &str {
         match self {
             Check::Prometheus { name, .. } | Check::Webhook { name, .. } => name,
+            Check::Probes { .. } => PROBES,
         }
     }
 }
@@ -65,7 +77,13 @@ pub enum Reading {
     /// No usable answer: a connection error, a timeout, an HTTP or
     /// Prometheus error.
     Failed(String),
+    /// The probes' verdict over the canary's pods, already judged
+    /// ([`super::quality::judge_round`]).
+    Judged(Outcome, String),
 }
+
+/// The name of the probes' measurement.
+pub const PROBES: &str = "probes";
 
 /// One check's reading, as the shell hands it to `decide`.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,6 +253,19 @@ pub fn judge_metric(metric: &Metric, reading: &Reading) -> (Outcome, String) {
         ),
         Reading::Answer(code) => (Outcome::Inconclusive, format!("unexpected HTTP {code}")),
         Reading::Failed(why) => (Outcome::Inconclusive, why.clone()),
+        Reading::Judged(outcome, message) => (*outcome, message.clone()),
+    }
+}
+
+/// What a reading means: a metric's against its range, a webhook's by
+/// its status, the probes' as already judged.
+pub fn judge(analysis: &Analysis, measurement: &Measurement) -> (Outcome, String) {
+    if let Reading::Judged(outcome, message) = &measurement.reading {
+        return (*outcome, message.clone());
+    }
+    match analysis.metrics.iter().find(|x| x.name == measurement.name) {
+        Some(metric) => judge_metric(metric, &measurement.reading),
+        None => judge_webhook(&measurement.reading),
     }
 }
 

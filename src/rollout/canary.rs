@@ -556,10 +556,7 @@ impl Step<'_> {
         };
         let mut failed = Vec::new();
         for m in self.obs.measurements {
-            let (outcome, message) = match analysis.metrics.iter().find(|x| x.name == m.name) {
-                Some(metric) => analysis::judge_metric(metric, &m.reading),
-                None => analysis::judge_webhook(&m.reading),
-            };
+            let (outcome, message) = analysis::judge(analysis, m);
             if outcome == Outcome::Fail {
                 c.failures += 1;
                 failed.push(format!("{}: {message}", m.name));
@@ -991,7 +988,28 @@ pub fn analysis_checks(resource: &ResourceView, settings: &Settings, now: &Time)
         step: c.step,
         weight: c.weight,
     };
-    analysis::checks(analysis, &subject, &settings.analysis_allow)
+    let mut checks = analysis::checks(analysis, &subject, &settings.analysis_allow);
+    if let Some(gate) = &analysis.probes
+        && (checks.len() == analysis.metrics.len() + analysis.webhooks.len())
+    {
+        // The service's own pods: no endpoint to allow. Held, as every
+        // check, when an endpoint of the others is refused.
+        let snapshot = |version: &str| {
+            let mut s = spec.clone();
+            s.version = version.to_owned();
+            crate::plan::canary_plan(&resource.id(), &s, canary)
+                .deployment
+                .snapshot_label
+        };
+        if let Some(canary_snapshot) = snapshot(&c.version) {
+            checks.push(Check::Probes {
+                gate: gate.clone(),
+                canary: canary_snapshot,
+                stable: resource.status.active_version.as_deref().and_then(snapshot),
+            });
+        }
+    }
+    checks
 }
 
 /// The canary Deployment `spec.canary` names, if any.

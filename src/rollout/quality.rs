@@ -250,6 +250,14 @@ pub fn gate_of(resource: &ResourceView) -> Option<(QualityGate, String)> {
     Some((spec.quality_gate?, spec.target_ref.container_name))
 }
 
+/// The container that serves the model, for a resource whose spec is
+/// valid (`openmed-service` otherwise).
+pub fn container_of(resource: &ResourceView) -> String {
+    validate_spec(&resource.spec, None)
+        .map(|s| s.target_ref.container_name)
+        .unwrap_or_else(|_| crate::api::TargetRef::default().container_name)
+}
+
 /// The version a pod of template `snapshot` serves: the spec's, or a
 /// retained one's (a rollback's pods), matched by the template's snapshot
 /// label. The gate names it in each request, as a client that knows the
@@ -402,6 +410,92 @@ pub fn probes_due(gate: &QualityGate, pods: &[PodView], owner: &str, port: i32) 
         }
     }
     due
+}
+
+/// A canary's probes this round: every ready pod of the canary template
+/// of `owner`, by name, and with `notWorseThanStable` one ready pod of
+/// the stable template.
+pub fn canary_probes(
+    gate: &QualityGate,
+    pods: &[PodView],
+    owner: &str,
+    canary: &str,
+    stable: Option<&str>,
+    port: i32,
+) -> Vec<PodProbe> {
+    let ready = |snapshot: &str| {
+        let mut found: Vec<&PodView> = pods
+            .iter()
+            .filter(|p| {
+                p.owner.as_deref() == Some(owner)
+                    && p.snapshot.as_deref() == Some(snapshot)
+                    && p.containers_ready
+                    && !p.terminating
+                    && p.ip.is_some()
+            })
+            .collect();
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        found
+    };
+    let probe = |p: &PodView, stable: bool| PodProbe {
+        pod: p.name.clone(),
+        url: endpoint(p.ip.as_deref().unwrap_or_default(), port),
+        stable,
+    };
+    let mut due: Vec<PodProbe> = ready(canary).into_iter().map(|p| probe(p, false)).collect();
+    if gate.not_worse_than_stable
+        && let Some(p) = stable.and_then(|s| ready(s).into_iter().next())
+    {
+        due.push(probe(p, true));
+    }
+    due
+}
+
+/// A canary round's outcome over its pods' scores: no ready canary pod or
+/// a pod without a usable answer is inconclusive; any pod below a bound
+/// fails; else it passes. Figures only.
+pub fn judge_round(
+    gate: &QualityGate,
+    set: &ProbeSet,
+    rounds: &[(PodProbe, Result<Scores, String>)],
+) -> (crate::api::Outcome, String) {
+    use crate::api::Outcome;
+    let stable = rounds
+        .iter()
+        .find(|(p, _)| p.stable)
+        .and_then(|(_, r)| r.as_ref().ok());
+    let canary: Vec<&(PodProbe, Result<Scores, String>)> =
+        rounds.iter().filter(|(p, _)| !p.stable).collect();
+    if canary.is_empty() {
+        return (Outcome::Inconclusive, "no ready canary pod to probe".into());
+    }
+    let mut passed = None;
+    for (probe, scores) in &canary {
+        match scores {
+            Err(why) => {
+                return (
+                    Outcome::Inconclusive,
+                    format!("pod {}: no judgement: {why}", probe.pod),
+                );
+            }
+            Ok(scores) => match judge(gate, set, scores, stable) {
+                fail @ Verdict::Fail { .. } => {
+                    return (
+                        Outcome::Fail,
+                        format!("pod {}: {}", probe.pod, fail.message()),
+                    );
+                }
+                Verdict::Pass { summary } => {
+                    passed.get_or_insert(summary);
+                }
+            },
+        }
+    }
+    let summary = passed.unwrap_or_default();
+    (
+        Outcome::Pass,
+        format!("{} canary pod(s) passed: {summary}", canary.len()),
+    )
 }
 
 /// The condition to write on a judged pod.
@@ -701,6 +795,52 @@ mod tests {
             Some("OpenMed/v1")
         );
         assert_eq!(version_of(&resource, "0000000000"), None);
+    }
+
+    #[test]
+    fn a_canary_round_probes_its_ready_pods_and_fails_on_any_that_misses() {
+        use crate::api::Outcome;
+        let mut cold = pod("canary-c", "new", false, None);
+        cold.gated = false;
+        let pods = vec![
+            pod("canary-b", "new", true, None),
+            pod("canary-a", "new", true, Some(true)),
+            cold,
+            pod("stable-a", "old", true, None),
+        ];
+        let due = canary_probes(&gate(&[], true), &pods, "ns/svc", "new", Some("old"), 80);
+        let names: Vec<(&str, bool)> = due.iter().map(|d| (d.pod.as_str(), d.stable)).collect();
+        assert_eq!(
+            names,
+            [("canary-a", false), ("canary-b", false), ("stable-a", true)]
+        );
+
+        let strict = gate(&[("*", 1.0)], false);
+        let good = score(&set(), &everything()).unwrap();
+        let bad = score(&set(), &no_dates()).unwrap();
+        let (outcome, message) = judge_round(
+            &strict,
+            &set(),
+            &[
+                (due[0].clone(), Ok(good.clone())),
+                (due[1].clone(), Ok(bad)),
+            ],
+        );
+        assert_eq!(outcome, Outcome::Fail);
+        assert!(
+            message.starts_with("pod canary-b: DATE recall 0.00 is below 1.00"),
+            "{message}"
+        );
+        let (outcome, message) = judge_round(&strict, &set(), &[(due[0].clone(), Ok(good))]);
+        assert_eq!(outcome, Outcome::Pass);
+        assert!(
+            message.starts_with("1 canary pod(s) passed: DATE recall 1.00 (2/2)"),
+            "{message}"
+        );
+        let (outcome, _) =
+            judge_round(&strict, &set(), &[(due[0].clone(), Err("HTTP 503".into()))]);
+        assert_eq!(outcome, Outcome::Inconclusive, "no answer is never a pass");
+        assert_eq!(judge_round(&strict, &set(), &[]).0, Outcome::Inconclusive);
     }
 
     #[test]

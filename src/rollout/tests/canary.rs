@@ -1090,3 +1090,37 @@ fn a_webhook_timeout_is_never_longer_than_the_cap() {
     };
     assert_eq!(*timeout, crate::api::rules::WEBHOOK_TIMEOUT_MAX);
 }
+
+#[test]
+fn the_probes_are_checked_every_round_and_a_failed_verdict_aborts() {
+    let probes = json!({"interval": "10s", "probes": {"configMapRef": {"name": "pii-probes"}, "notWorseThanStable": true}});
+    let mut w = at_first_step(probes);
+    w.now += 10;
+    let checks = crate::rollout::analysis_checks(&w.resource, &w.settings, &at(w.now));
+    let [analysis::Check::Probes { canary, stable, .. }] = checks.as_slice() else {
+        panic!("one probe check, no endpoint to allow: {checks:?}");
+    };
+    assert_eq!(
+        Some(canary.as_str()),
+        w.canary_dep()["spec"]["template"]["metadata"]["labels"][MANIFEST_SNAPSHOT_LABEL].as_str(),
+        "the canary template's pods are probed"
+    );
+    assert!(stable.is_some(), "and a stable pod to compare with");
+    w.measurements = vec![Measurement {
+        name: "probes".into(),
+        reading: Reading::Judged(
+            crate::api::Outcome::Fail,
+            "pod c-1: DATE recall 0.00 is below 1.00 (minRecall): DATE recall 0.00 (0/3)".into(),
+        ),
+    }];
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.weights(), (100, 0));
+    let last = w.canary_status().analysis.last().unwrap();
+    assert_eq!(last.name, "probes");
+    assert!(
+        last.message.contains("DATE recall 0.00"),
+        "{}",
+        last.message
+    );
+}
