@@ -50,13 +50,10 @@ pub async fn judge_pods(resource: &RawModel, ctx: &Context) -> Option<Duration> 
     let set = match probe_set(ctx, &view.namespace, &gate).await {
         Ok(set) => set,
         Err(why) => {
-            let message = format!("the probe set cannot be read: {why}");
-            tell(
+            inconclusive(
                 ctx,
                 resource,
-                EventType::Warning,
-                reason::QUALITY_GATE_INCONCLUSIVE,
-                message,
+                format!("the probe set cannot be read: {why}"),
             )
             .await;
             return retry;
@@ -73,14 +70,7 @@ pub async fn judge_pods(resource: &RawModel, ctx: &Context) -> Option<Duration> 
             Err(why) => {
                 ctx.metrics.quality_judged("inconclusive");
                 let message = format!("pod {}: no judgement this round: {why}", probe.pod);
-                tell(
-                    ctx,
-                    resource,
-                    EventType::Warning,
-                    reason::QUALITY_GATE_INCONCLUSIVE,
-                    message,
-                )
-                .await;
+                inconclusive(ctx, resource, message).await;
                 again = retry;
             }
             Ok(scores) => {
@@ -253,6 +243,12 @@ async fn write_mark(
         .await?;
     ctx.metrics.wrote("pods/status", "patch");
     Ok(())
+}
+
+/// A Warning that a round judged nothing: the pods wait, unready.
+async fn inconclusive(ctx: &Context, resource: &RawModel, message: String) {
+    let why = reason::QUALITY_GATE_INCONCLUSIVE;
+    tell(ctx, resource, EventType::Warning, why, message).await;
 }
 
 async fn tell(

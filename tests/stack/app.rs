@@ -193,6 +193,27 @@ impl App {
     }
 }
 
+/// Waits, up to `deadline`, until the model has rolled back
+/// (`RolledBack=True`), and returns its status.
+pub async fn rolled_back_within(
+    app: &App,
+    what: &str,
+    deadline: Duration,
+) -> openmed_op::api::OpenMedModelStatus {
+    wait_until(
+        what,
+        deadline,
+        || async { app.env.status(NAME).await },
+        |s| {
+            s.phase == Some(openmed_op::api::Phase::RolledBack)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "RolledBack" && c.status == "True")
+        },
+    )
+    .await
+}
+
 /// When a pod became Ready, in ms since the epoch (its condition's time,
 /// whole seconds, so never later than the truth).
 pub fn ready_ms(pod: &Pod) -> Option<f64> {

@@ -7,7 +7,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use libtest_mimic::Trial;
-use openmed_op::api::Phase;
 use serde_json::{Value, json};
 
 use crate::app::*;
@@ -89,18 +88,7 @@ async fn rolled_back_with(
     let (crashes_seen, crashes) = watch_first_crash(app);
     let bumped = now_ms();
     app.env.set_spec(NAME, spec).await;
-    let status = wait_until(
-        what,
-        deadline,
-        || async { app.env.status(NAME).await },
-        |s| {
-            s.phase == Some(Phase::RolledBack)
-                && s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "RolledBack" && c.status == "True")
-        },
-    )
-    .await;
+    let status = rolled_back_within(app, what, deadline).await;
     assert_eq!(status.active_version.as_deref(), Some(V1));
     let failed = app
         .env

@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use libtest_mimic::Trial;
-use openmed_op::api::Phase;
 use serde_json::json;
 
 use crate::app::*;
@@ -62,16 +61,10 @@ fn a_model_that_misses_dates_never_serves_and_a_good_one_passes() {
         app.env
             .set_spec(NAME, json!({"version": MISSES_DATE}))
             .await;
-        let status = wait_until(
+        let status = rolled_back_within(
+            &app,
             "the rollout of the model that misses dates to be rolled back",
             Duration::from_secs(150),
-            || async { app.env.status(NAME).await },
-            |s| {
-                s.phase == Some(Phase::RolledBack)
-                    && s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "RolledBack" && c.status == "True")
-            },
         )
         .await;
         let rolled_back = now_ms();

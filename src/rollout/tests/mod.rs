@@ -402,13 +402,17 @@ impl World {
         assert_eq!(self.status().phase, Some(Phase::Ready));
     }
 
+    /// The current template's snapshot label.
+    fn template_snapshot(&mut self) -> Option<String> {
+        self.dep()["spec"]["template"]["metadata"]["labels"][MANIFEST_SNAPSHOT_LABEL]
+            .as_str()
+            .map(str::to_owned)
+    }
+
     /// A pod of the current template whose container `openmed-service`
     /// restarted `restarts` times, last exiting 3 with `message`.
     fn crashing_pod(&mut self, name: &str, restarts: i32, message: &str) {
-        let snapshot = self.dep()["spec"]["template"]["metadata"]["labels"]
-            [MANIFEST_SNAPSHOT_LABEL]
-            .as_str()
-            .map(str::to_owned);
+        let snapshot = self.template_snapshot();
         let namespace = self.resource.namespace.clone();
         self.pods.retain(|p| p.name != name);
         self.pods.push(crate::rollout::pods::PodView {
@@ -426,10 +430,7 @@ impl World {
 
     /// A pod of the current template that the quality gate judged.
     fn judged_pod(&mut self, name: &str, passed: bool, message: &str) {
-        let snapshot = self.dep()["spec"]["template"]["metadata"]["labels"]
-            [MANIFEST_SNAPSHOT_LABEL]
-            .as_str()
-            .map(str::to_owned);
+        let snapshot = self.template_snapshot();
         let namespace = self.resource.namespace.clone();
         self.pods.retain(|p| p.name != name);
         self.pods.push(crate::rollout::pods::PodView {
