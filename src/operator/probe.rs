@@ -86,15 +86,20 @@ impl Prober {
     }
 
     /// One quality-gate request: `body` POSTed to a pod's
-    /// `/pii/extract`, the answer read by `rollout::quality::answer`.
-    pub async fn extract(&self, url: &str, body: &Value, timeout: Duration) -> Answer {
-        let sent = self
-            .client
-            .post(url)
-            .json(body)
-            .timeout(timeout)
-            .send()
-            .await;
+    /// `/pii/extract` with the Host header `host` (the pod's address when
+    /// `None`), the answer read by `rollout::quality::answer`.
+    pub async fn extract(
+        &self,
+        url: &str,
+        host: Option<&str>,
+        body: &Value,
+        timeout: Duration,
+    ) -> Answer {
+        let mut request = self.client.post(url).json(body).timeout(timeout);
+        if let Some(host) = host {
+            request = request.header(reqwest::header::HOST, host);
+        }
+        let sent = request.send().await;
         let answer = match sent {
             Ok(answer) => answer,
             Err(e) => return Answer::Failed(failure(e)),

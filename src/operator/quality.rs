@@ -42,6 +42,7 @@ pub async fn judge_pods(resource: &RawModel, ctx: &Context) -> Option<Duration> 
             && d.metadata.name.as_deref() == Some(resource.target_name())
     })?;
     let port = quality::service_port(&target, &container)?;
+    let host = quality::service_host(&target, &container);
     let due = quality::probes_due(&gate, &pods, &view.key(), port);
     if !due.iter().any(|d| !d.stable) {
         return None;
@@ -59,7 +60,7 @@ pub async fn judge_pods(resource: &RawModel, ctx: &Context) -> Option<Duration> 
             return retry;
         }
     };
-    let rounds = rounds(ctx, &view, &pods, &set, &due).await;
+    let rounds = rounds(ctx, &view, &pods, &set, &due, host.as_deref()).await;
     let stable: Option<Scores> = rounds
         .iter()
         .find(|(p, _)| p.stable)
@@ -126,15 +127,19 @@ async fn canary_reading(
             && d.metadata.name.as_deref() == Some(resource.target_name())
     });
     let container = quality::container_of(&view);
-    let Some(port) = target.and_then(|t| quality::service_port(&t, &container)) else {
+    let port = target
+        .as_ref()
+        .and_then(|t| quality::service_port(t, &container));
+    let Some(port) = port else {
         return Reading::Failed("the service's port is not known (no container port)".into());
     };
+    let host = target.and_then(|t| quality::service_host(&t, &container));
     let due = quality::canary_probes(gate, &pods, &view.key(), canary, stable, port);
     let set = match probe_set(ctx, &view.namespace, gate).await {
         Ok(set) => set,
         Err(why) => return Reading::Failed(format!("the probe set cannot be read: {why}")),
     };
-    let rounds = rounds(ctx, &view, &pods, &set, &due).await;
+    let rounds = rounds(ctx, &view, &pods, &set, &due, host.as_deref()).await;
     let (outcome, message) = quality::judge_round(gate, &set, &rounds);
     Reading::Judged(outcome, message)
 }
@@ -146,6 +151,7 @@ async fn rounds(
     pods: &[PodView],
     set: &ProbeSet,
     due: &[PodProbe],
+    host: Option<&str>,
 ) -> Vec<(PodProbe, Result<Scores, String>)> {
     join_all(due.iter().map(|probe| {
         let version = pods
@@ -154,7 +160,7 @@ async fn rounds(
             .and_then(|p| p.snapshot.as_deref())
             .and_then(|s| quality::version_of(view, s));
         async move {
-            let scores = round(ctx, set, probe, version.as_deref()).await;
+            let scores = round(ctx, set, probe, host, version.as_deref()).await;
             (probe.clone(), scores)
         }
     }))
@@ -201,6 +207,7 @@ async fn round(
     ctx: &Context,
     set: &ProbeSet,
     probe: &PodProbe,
+    host: Option<&str>,
     version: Option<&str>,
 ) -> Result<Scores, String> {
     let version = version.ok_or("its template's version is not one this resource knows")?;
@@ -208,7 +215,10 @@ async fn round(
     let (mut answered, mut failed) = (0, 0);
     for p in &set.probes {
         let body = quality::request(set, &p.text, version);
-        let answer = ctx.prober.extract(&probe.url, &body, REQUEST_TIMEOUT).await;
+        let answer = ctx
+            .prober
+            .extract(&probe.url, host, &body, REQUEST_TIMEOUT)
+            .await;
         match &answer {
             Answer::Found(_) => answered += 1,
             Answer::Failed(_) => failed += 1,

@@ -111,6 +111,12 @@ impl Scores {
 /// Scores a probe set's answers, one per probe in order. Any failed
 /// answer makes the round inconclusive: its reason is returned.
 pub fn score(set: &ProbeSet, answers: &[Answer]) -> Result<Scores, String> {
+    if let Some(why) = answers.iter().find_map(|a| match a {
+        Answer::Failed(why) => Some(why),
+        Answer::Found(_) => None,
+    }) {
+        return Err(why.clone());
+    }
     if answers.len() != set.probes.len() {
         return Err(format!(
             "{} answers to {} probes",
@@ -127,9 +133,8 @@ pub fn score(set: &ProbeSet, answers: &[Answer]) -> Result<Scores, String> {
         }
     };
     for (probe, answer) in set.probes.iter().zip(answers) {
-        let found = match answer {
-            Answer::Found(found) => found,
-            Answer::Failed(why) => return Err(why.clone()),
+        let Answer::Found(found) = answer else {
+            unreachable!("failed answers returned above")
         };
         let chars: Vec<char> = probe.text.chars().collect();
         for expected in &probe.entities {
@@ -355,6 +360,29 @@ pub fn service_port(target: &Deployment, container: &str) -> Option<i32> {
         .find(|p| p.name.as_deref() == Some("http"))
         .or_else(|| ports.first())
         .map(|p| p.container_port)
+}
+
+/// The Host header the gate sends: the one the container's own readiness
+/// (else startup, else liveness) probe sends, since a service that checks
+/// the Host it is asked for (the OpenMed service does) trusts that one;
+/// `None` sends the pod's address, as a kubelet's probe without the header.
+pub fn service_host(target: &Deployment, container: &str) -> Option<String> {
+    let c = target
+        .spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == container)?;
+    [&c.readiness_probe, &c.startup_probe, &c.liveness_probe]
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.http_get.as_ref()?.http_headers.as_ref())
+        .flatten()
+        .find(|h| h.name.eq_ignore_ascii_case("host"))
+        .map(|h| h.value.clone())
 }
 
 fn endpoint(ip: &str, port: i32) -> String {
@@ -760,6 +788,23 @@ mod tests {
             request(&set, "t", "OpenMed/v2"),
             json!({"text": "t", "model_name": "OpenMed/v2", "use_smart_merging": false})
         );
+    }
+
+    #[test]
+    fn the_gate_asks_at_the_http_port_with_the_host_the_pods_own_probe_sends() {
+        let target: Deployment = serde_json::from_value(json!({
+            "spec": {"selector": {}, "template": {"spec": {"containers": [
+                {"name": "sidecar", "ports": [{"containerPort": 9000}]},
+                {"name": "svc", "ports": [{"name": "metrics", "containerPort": 9090}, {"name": "http", "containerPort": 8080}],
+                 "livenessProbe": {"httpGet": {"path": "/livez", "port": 8080, "httpHeaders": [{"name": "Host", "value": "live"}]}},
+                 "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080, "httpHeaders": [{"name": "host", "value": "localhost"}]}}},
+            ]}}}
+        }))
+        .unwrap();
+        assert_eq!(service_port(&target, "svc"), Some(8080));
+        assert_eq!(service_port(&target, "sidecar"), Some(9000));
+        assert_eq!(service_host(&target, "svc").as_deref(), Some("localhost"));
+        assert_eq!(service_host(&target, "sidecar"), None);
     }
 
     #[test]

@@ -39,18 +39,26 @@ async fn template_versions(app: &App) -> BTreeMap<String, String> {
             .iter()
             .find(|c| c.name == "openmed-service")
             .unwrap();
-        let reference = container
+        let Some(entry) = container
             .env
             .iter()
             .flatten()
             .find(|e| e.name == "OPENMED_SERVICE_PRELOAD_MODELS")
-            .and_then(|e| e.value_from.as_ref()?.config_map_key_ref.clone())
-            .expect("the template reads the pointer from a ConfigMap");
-        let data = maps.get(&reference.name).await.unwrap().data.unwrap();
-        versions.insert(
-            set.metadata.name.unwrap(),
-            data[&reference.key].trim().to_owned(),
-        );
+        else {
+            continue;
+        };
+        // The Deployment as first applied names its model itself; the
+        // operator's templates read a snapshot.
+        let version = match (&entry.value, &entry.value_from) {
+            (Some(value), _) => value.clone(),
+            (None, Some(from)) => {
+                let reference = from.config_map_key_ref.clone().expect("a ConfigMap key");
+                let data = maps.get(&reference.name).await.unwrap().data.unwrap();
+                data[&reference.key].trim().to_owned()
+            }
+            (None, None) => continue,
+        };
+        versions.insert(set.metadata.name.unwrap(), version);
     }
     versions
 }
