@@ -154,8 +154,16 @@ fn pods_recreated_mid_rollout_serve_their_own_templates_model() {
             "recreate::pods_recreated_mid_rollout (20 requests/s through the Gateway; deleted {new_name} and {}):",
             old[0]
         );
+        // The pods neither there before the bump nor the deleted v2 pod:
+        // the v2 rollout's, and the two recreated ones.
+        let later = |pod: &str| !old.iter().any(|o| o == pod) && pod != new_name;
         for (pod, (version, n)) in &answers {
-            eprintln!("  {pod}: {n} answers, all {version}");
+            let note = if later(pod) && version == V1 {
+                " (recreated mid-rollout from the v1 template)"
+            } else {
+                ""
+            };
+            eprintln!("  {pod}: {n} answers, all {version}{note}");
         }
         let phases = vec![
             phase("before the bump", &sent_between(&records, 0.0, bumped)),
@@ -169,7 +177,10 @@ fn pods_recreated_mid_rollout_serve_their_own_templates_model() {
             "scenario": "pods_recreated_mid_rollout", "rps": 20, "phases": phases,
             "bump_to_delete_s": ((deleted - bumped) / 100.0).round() / 10.0,
             "bump_to_succeeded_s": ((succeeded - bumped) / 100.0).round() / 10.0,
-            "answers_by_pod": answers.iter().map(|(p, (v, n))| json!({"pod": p, "template": v, "answers": n})).collect::<Vec<_>>(),
+            "answers_by_pod": answers.iter().map(|(p, (v, n))| json!({
+                "pod": p, "template": v, "answers": n,
+                "recreated_from_the_old_template": later(p) && v == V1,
+            })).collect::<Vec<_>>(),
         }));
         app.env.finish().await;
     });
