@@ -667,6 +667,16 @@ fn a_quality_gate_whose_probe_set_is_missing_is_an_error_at_the_reference() {
     let text = format!("{}---\n{elsewhere}", gated().yaml());
     let findings = case(parse_stream("m.yaml", &text).unwrap()).findings();
     only(&findings, rule::QUALITY_GATE_PROBES);
+    // The canary's probes analysis names a probe set the same way.
+    let canary = model("svc", "OpenMed/pii-v1").spec(
+        "  canary:\n    targetRef: {name: svc-canary}\n    trafficRef: {httpRoute: r, stableBackend: a, canaryBackend: b}\n    steps: [{weight: 10}]\n    analysis:\n      probes:\n        configMapRef: {name: elsewhere}\n",
+    );
+    let findings = case(file("m.yaml", &[&canary])).findings();
+    let f = only(&findings, rule::QUALITY_GATE_PROBES);
+    assert_eq!(
+        f.field.as_deref(),
+        Some("spec.canary.analysis.probes.configMapRef.name")
+    );
 }
 
 #[test]

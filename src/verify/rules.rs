@@ -608,16 +608,28 @@ fn service_model_id(facts: &Facts, findings: &mut Vec<Finding>) {
 /// every new pod would wait, unready, for a judgement that never comes.
 /// Problems inside the probe set point at their own line.
 fn quality_gate_probes(facts: &Facts, docs: &[Document], ns: &str, findings: &mut Vec<Finding>) {
+    // The gate of plain rollouts, and the canary's probes analysis.
+    for field in [
+        "spec.qualityGate.configMapRef.name",
+        "spec.canary.analysis.probes.configMapRef.name",
+    ] {
+        let pointer = format!("/{}", field.replace('.', "/"));
+        if let Some(name) = facts.doc.value.pointer(&pointer).and_then(Value::as_str) {
+            probe_set_in_tree(facts, docs, ns, field, name, findings);
+        }
+    }
+}
+
+/// The probe set `name` (named at `field`) is in the tree and reads.
+fn probe_set_in_tree(
+    facts: &Facts,
+    docs: &[Document],
+    ns: &str,
+    field: &str,
+    name: &str,
+    findings: &mut Vec<Finding>,
+) {
     use crate::api::quality::{PROBE_SET_KEY, parse_probe_set};
-    let field = "spec.qualityGate.configMapRef.name";
-    let Some(name) = facts
-        .doc
-        .value
-        .pointer("/spec/qualityGate/configMapRef/name")
-        .and_then(Value::as_str)
-    else {
-        return;
-    };
     let here = facts.key.namespace.as_str();
     let finding = |at: &crate::source::Location, field: &str, message: String| {
         Finding::error(at, rule::QUALITY_GATE_PROBES, message)
