@@ -25,7 +25,7 @@ use crate::api::quality::{
 };
 use crate::rollout::analysis::{Check, Measurement, Reading};
 use crate::rollout::pods::PodView;
-use crate::rollout::quality::{self, Answer, PodProbe, Scores, Verdict};
+use crate::rollout::quality::{self, Answer, PodProbe, Scores};
 use crate::rollout::{Event, EventType, reason};
 
 /// How long one probe request may take.
@@ -82,13 +82,9 @@ pub async fn judge_pods(resource: &RawModel, ctx: &Context) -> Option<Duration> 
                     again = retry;
                     continue;
                 }
-                let (outcome, kind) = match verdict {
-                    Verdict::Pass { .. } => ("passed", EventType::Normal),
-                    Verdict::Fail { .. } => ("failed", EventType::Warning),
-                };
-                ctx.metrics.quality_judged(outcome);
-                let message = format!("pod {}: {}", probe.pod, mark.message);
-                tell(ctx, resource, kind, mark.reason, message).await;
+                ctx.metrics.quality_judged(mark.outcome());
+                let event = mark.event();
+                tell(ctx, resource, event.type_, event.reason, event.message).await;
             }
         }
     }

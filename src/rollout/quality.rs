@@ -539,10 +539,25 @@ pub struct Mark {
     pub message: String,
 }
 
-/// Condition reason of a pod that passed.
-pub const PASSED: &str = "QualityGatePassed";
-/// Condition reason of a pod that failed.
-pub const FAILED: &str = "QualityGateFailed";
+impl Mark {
+    /// `passed` or `failed`, the metric's outcome.
+    pub fn outcome(&self) -> &'static str {
+        if self.passed { "passed" } else { "failed" }
+    }
+
+    /// The Event on the OpenMedModel that tells of it: figures only.
+    pub fn event(&self) -> super::Event {
+        super::Event {
+            type_: if self.passed {
+                super::EventType::Normal
+            } else {
+                super::EventType::Warning
+            },
+            reason: self.reason,
+            message: format!("pod {}: {}", self.pod, self.message),
+        }
+    }
+}
 
 /// The mark for `pod` after a conclusive round.
 pub fn mark(pod: &str, verdict: &Verdict) -> Mark {
@@ -550,8 +565,8 @@ pub fn mark(pod: &str, verdict: &Verdict) -> Mark {
         pod: pod.to_owned(),
         passed: matches!(verdict, Verdict::Pass { .. }),
         reason: match verdict {
-            Verdict::Pass { .. } => PASSED,
-            Verdict::Fail { .. } => FAILED,
+            Verdict::Pass { .. } => super::reason::QUALITY_GATE_PASSED,
+            Verdict::Fail { .. } => super::reason::QUALITY_GATE_FAILED,
         },
         message: verdict.message(),
     }
@@ -903,14 +918,19 @@ mod tests {
         let verdict = Verdict::Pass {
             summary: "NAME recall 1.00 (1/1)".into(),
         };
+        let passed = mark("p", &verdict);
         assert_eq!(
-            mark("p", &verdict),
+            passed,
             Mark {
                 pod: "p".into(),
                 passed: true,
-                reason: PASSED,
+                reason: crate::rollout::reason::QUALITY_GATE_PASSED,
                 message: "passed: NAME recall 1.00 (1/1)".into()
             }
         );
+        let event = passed.event();
+        assert_eq!(event.type_, crate::rollout::EventType::Normal);
+        assert_eq!(event.message, "pod p: passed: NAME recall 1.00 (1/1)");
+        assert_eq!(passed.outcome(), "passed");
     }
 }
