@@ -426,7 +426,7 @@ async fn run_scope(
         move |e| synced.observe(Cache::Pods, e)
     })
     .touched_objects()
-    .predicate_filter(restarts, Default::default());
+    .predicate_filter(pod_view_hash, Default::default());
 
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());
     let recorder = events::Recorder::new(clients.requests.clone(), instance);
@@ -658,7 +658,7 @@ fn keep_container_statuses(pod: &mut Pod) {
 }
 
 /// Changes with what a decision reads of a pod (its [`PodView`]).
-fn restarts(pod: &Pod) -> Option<u64> {
+fn pod_view_hash(pod: &Pod) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     PodView::of(pod).hash(&mut hasher);
