@@ -37,14 +37,9 @@ pub async fn judge_pods(resource: &RawModel, ctx: &Context) -> Option<Duration> 
     let view = resource.view();
     let (gate, container) = quality::gate_of(&view)?;
     let pods = pod_views(&ctx.pods, &view.namespace);
-    let target = ctx.deployments.state().into_iter().find(|d| {
-        d.metadata.namespace.as_deref() == Some(view.namespace.as_str())
-            && d.metadata.name.as_deref() == Some(resource.target_name())
-    })?;
-    let port = quality::service_port(&target, &container)?;
-    let host = quality::service_host(&target, &container);
+    let (port, host) = service_address(resource, ctx, &container)?;
     let due = quality::probes_due(&gate, &pods, &view.key(), port);
-    if !due.iter().any(|d| !d.stable) {
+    if due.is_empty() {
         return None;
     }
     let retry = Some(Duration::from_secs(quality::RETRY_SECONDS));
@@ -118,18 +113,10 @@ async fn canary_reading(
 ) -> Reading {
     let view = resource.view();
     let pods = pod_views(&ctx.pods, &view.namespace);
-    let target = ctx.deployments.state().into_iter().find(|d| {
-        d.metadata.namespace.as_deref() == Some(view.namespace.as_str())
-            && d.metadata.name.as_deref() == Some(resource.target_name())
-    });
     let container = quality::container_of(&view);
-    let port = target
-        .as_ref()
-        .and_then(|t| quality::service_port(t, &container));
-    let Some(port) = port else {
+    let Some((port, host)) = service_address(resource, ctx, &container) else {
         return Reading::Failed("the service's port is not known (no container port)".into());
     };
-    let host = target.and_then(|t| quality::service_host(&t, &container));
     let due = quality::canary_probes(gate, &pods, &view.key(), canary, stable, port);
     let set = match probe_set(ctx, &view.namespace, gate).await {
         Ok(set) => set,
@@ -161,6 +148,22 @@ async fn rounds(
         }
     }))
     .await
+}
+
+/// The port the gate asks the service's pods at, and the Host it sends,
+/// from the target Deployment in the cache.
+fn service_address(
+    resource: &RawModel,
+    ctx: &Context,
+    container: &str,
+) -> Option<(i32, Option<String>)> {
+    let namespace = resource.metadata.namespace.as_deref();
+    let target = ctx.deployments.state().into_iter().find(|d| {
+        d.metadata.namespace.as_deref() == namespace
+            && d.metadata.name.as_deref() == Some(resource.target_name())
+    })?;
+    let port = quality::service_port(&target, container)?;
+    Some((port, quality::service_host(&target, container)))
 }
 
 /// The pods of `namespace` in the cache, as the core reads them.
