@@ -41,6 +41,34 @@ pub struct Canary {
     /// step ends when its pause is over (or on a promote).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<Analysis>,
+
+    /// How the operator knows the data plane has stopped sending the
+    /// canary Deployment requests once a canary ended, before it moves
+    /// that Deployment back to the stable version. Without it: once the
+    /// route shows the weights back and every Gateway reports having
+    /// accepted that generation of the route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<Drain>,
+}
+
+/// The wait, after a canary ends, until no request reaches the canary
+/// Deployment any more.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Drain {
+    /// The data plane's request rate to the canary backend, in requests
+    /// per second; the canary Deployment moves back once it reads 0. No
+    /// data is not 0 (write `... or vector(0)` when a backend that gets
+    /// nothing has no series). The address must be one `run
+    /// --analysis-allow` allows.
+    pub prometheus: PrometheusQuery,
+
+    /// How long to wait for 0 after the weights are back, as `2m`; then
+    /// the canary Deployment moves back anyway, with a Warning. Default
+    /// `2m`.
+    #[serde(default = "default_drain_timeout")]
+    #[schemars(regex(pattern = rules::DURATION_PATTERN), length(max = 32))]
+    pub timeout: String,
 }
 
 /// The canary Deployment and its container.
@@ -251,6 +279,10 @@ fn default_webhook_timeout() -> String {
     "10s".to_owned()
 }
 
+fn default_drain_timeout() -> String {
+    "2m".to_owned()
+}
+
 /// Where a canary stands, written only by the operator.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -329,6 +361,18 @@ pub struct CanaryStatus {
     /// spec is not tried again until it changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted_generation: Option<i64>,
+
+    /// When the route was first seen with the weights back, after the
+    /// canary ended; the wait for the data plane to stop sending the
+    /// canary Deployment requests counts from then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_back_time: Option<Time>,
+
+    /// When the data plane was seen sending the canary Deployment no more
+    /// requests (or the wait for it ran out): from then on it may serve
+    /// the stable version again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained_time: Option<Time>,
 
     /// Why the canary is where it is, for a person.
     #[serde(default, skip_serializing_if = "String::is_empty")]

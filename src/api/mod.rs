@@ -12,7 +12,7 @@ mod validate;
 
 pub use canary::{
     Analysis, AnalysisResult, BackendWeights, Canary, CanaryState, CanaryStatus, CanaryStep,
-    CanaryTargetRef, Metric, Outcome, PrometheusQuery, ThresholdRange, TrafficRef, Webhook,
+    CanaryTargetRef, Drain, Metric, Outcome, PrometheusQuery, ThresholdRange, TrafficRef, Webhook,
 };
 pub use crd::{crd, crd_yaml, openapi_schema};
 pub use quality::QualityGate;

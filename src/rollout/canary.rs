@@ -21,6 +21,10 @@
 //!   whose route or canary Deployment the spec renames ends (and starts
 //!   again) once its weights are back, and that Deployment is not released
 //!   before.
+//! - A canary Deployment moves back to the stable version only once no
+//!   request reaches it any more ([`super::drain`]): the weights back on
+//!   the route, every Gateway on that generation of it, and the drain
+//!   query (when set) at 0.
 //! - A promote or abort value acted on once does nothing more, in any
 //!   later canary either.
 
@@ -33,6 +37,7 @@ use serde_json::Value;
 use super::ResourceView;
 use super::analysis::{self, Check, Subject};
 use super::conditions::{DEGRADED, PROGRESSING, READY, RECONCILING, ROLLED_BACK, STALLED};
+use super::drain;
 use super::progress::{self, Progress};
 use super::route::{self, Slots};
 use super::{EventType, Mode, Plan, Settings, Step, Write, name_of, reason, template_config_map};
@@ -751,6 +756,10 @@ impl Step<'_> {
             // the canary Deployment serves them until they are.
             return;
         }
+        if !self.drained(canary) {
+            // The data plane may still send it requests.
+            return;
+        }
         let Some(canary) = canary else {
             return;
         };
@@ -773,6 +782,60 @@ impl Step<'_> {
         if changes.any() {
             self.push_writes(&follow, target, &changes);
         }
+    }
+
+    /// Whether the canary Deployment of the canary that ended gets no
+    /// more requests ([`drain::judge`]), recorded once known: only then
+    /// may it serve another version.
+    fn drained(&mut self, canary: Option<&Canary>) -> bool {
+        let Some(mut c) = self.status.canary.clone() else {
+            return true;
+        };
+        let Some(since) = c
+            .weights_back_time
+            .clone()
+            .filter(|_| c.drained_time.is_none())
+        else {
+            // Drained already, or a canary from before the operator
+            // recorded when its weights came back.
+            return true;
+        };
+        let spec_drain = canary.and_then(|c| c.drain.as_ref());
+        let reading = self
+            .obs
+            .measurements
+            .iter()
+            .find(|m| m.name == drain::CHECK_NAME)
+            .map(|m| &m.reading);
+        let now = self.obs.now.clone();
+        let waited = now.0.as_second() - since.0.as_second();
+        let deployment = c
+            .target_ref
+            .as_ref()
+            .map_or("the canary Deployment".to_owned(), |t| {
+                format!("Deployment {}", t.name)
+            });
+        match drain::judge(self.obs.route, spec_drain, reading, &since, &now) {
+            drain::Verdict::Waiting(_) => {
+                self.look_again(drain::RECHECK);
+                return false;
+            }
+            drain::Verdict::Drained(how) => self.event(
+                EventType::Normal,
+                reason::CANARY_DRAINED,
+                format!(
+                    "{deployment} gets no more requests {waited}s after the weights went back: {how}"
+                ),
+            ),
+            drain::Verdict::TimedOut(why) => self.event(
+                EventType::Warning,
+                reason::CANARY_DRAIN_TIMED_OUT,
+                format!("{deployment} moves back although {why}"),
+            ),
+        }
+        c.drained_time = Some(now);
+        self.status.canary = Some(c);
+        true
     }
 
     /// The decision cannot go on to the canary (the spec is invalid, the
@@ -838,12 +901,14 @@ impl Step<'_> {
         let Some(slots) = slots else {
             // No route, or not this shape any more: nothing of ours is left.
             c.weight = restore.canary;
+            c.weights_back_time = Some(self.obs.now.clone());
             self.status.canary = Some(c);
             return true;
         };
         let ours = route::step_weights(c.weight);
         if slots.weights == restore {
             c.weight = restore.canary;
+            c.weights_back_time = Some(self.obs.now.clone());
             self.status.canary = Some(c);
             true
         } else if slots.weights == ours || c.step_start_time.is_none() {
@@ -857,6 +922,7 @@ impl Step<'_> {
         } else {
             // Another writer set other weights: theirs stand.
             c.weight = restore.canary;
+            c.weights_back_time = Some(self.obs.now.clone());
             self.status.canary = Some(c);
             true
         }
@@ -963,6 +1029,9 @@ pub fn analysis_checks(resource: &ResourceView, settings: &Settings, now: &Time)
     let (Some(canary), Some(c)) = (&spec.canary, &resource.status.canary) else {
         return Vec::new();
     };
+    if draining(c) {
+        return drain_check(resource, canary, c, settings);
+    }
     let Some(analysis) = &canary.analysis else {
         return Vec::new();
     };
@@ -1012,6 +1081,33 @@ pub fn analysis_checks(resource: &ResourceView, settings: &Settings, now: &Time)
     checks
 }
 
+/// The drain query of a canary that ended, when it has one the operator
+/// may send.
+fn drain_check(
+    resource: &ResourceView,
+    canary: &Canary,
+    c: &CanaryStatus,
+    settings: &Settings,
+) -> Vec<Check> {
+    let (Some(spec_drain), Some(traffic)) = (&canary.drain, &c.traffic_ref) else {
+        return Vec::new();
+    };
+    let key = resource.key();
+    let stable = resource.status.active_version.clone().unwrap_or_default();
+    let subject = Subject {
+        resource: &key,
+        namespace: &resource.namespace,
+        traffic,
+        version: &c.version,
+        stable_version: &stable,
+        step: c.step,
+        weight: c.weight,
+    };
+    drain::check(spec_drain, &subject, &settings.analysis_allow)
+        .into_iter()
+        .collect()
+}
+
 /// The canary Deployment `spec.canary` names, if any.
 pub fn canary_target_name(resource: &ResourceView) -> Option<String> {
     let name = resource.spec.pointer("/canary/targetRef/name")?.as_str()?;
@@ -1046,13 +1142,23 @@ pub fn route_name(resource: &ResourceView) -> Option<String> {
 /// and judges the route's weights first). At rest nothing reads it, so a
 /// resync of a resource with a canary block sends no request.
 pub fn route_to_read(resource: &ResourceView) -> Option<String> {
-    let moved = resource.status.canary.as_ref().is_some_and(route_moved);
+    let moved = resource
+        .status
+        .canary
+        .as_ref()
+        .is_some_and(|c| route_moved(c) || draining(c));
     let undecided = resource.status.observed_generation != Some(resource.generation);
     if moved || undecided {
         route_name(resource)
     } else {
         None
     }
+}
+
+/// A canary ended, its weights are back, and its canary Deployment waits
+/// for the data plane to stop sending it requests ([`drain`]).
+fn draining(c: &CanaryStatus) -> bool {
+    c.state.is_over() && c.weights_back_time.is_some() && c.drained_time.is_none()
 }
 
 /// A canary runs, or weights it wrote may still be on its route.

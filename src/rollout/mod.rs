@@ -20,6 +20,7 @@ pub mod analysis;
 mod canary;
 pub mod conditions;
 pub mod crash_loop;
+pub mod drain;
 pub mod pods;
 pub mod progress;
 pub mod quality;
@@ -316,6 +317,12 @@ pub mod reason {
     pub const ANALYSIS_INCONCLUSIVE: &str = "AnalysisInconclusive";
     /// A deletion waits until no pod can read the model ConfigMaps.
     pub const DELETION_WAITING: &str = "DeletionWaiting";
+    /// The canary Deployment of a canary that ended gets no more requests:
+    /// it may serve the stable version again.
+    pub const CANARY_DRAINED: &str = "CanaryDrained";
+    /// The wait for the data plane to stop sending the canary Deployment
+    /// requests ran out (`spec.canary.drain.timeout`); it moves back anyway.
+    pub const CANARY_DRAIN_TIMED_OUT: &str = "CanaryDrainTimedOut";
     /// An analysis endpoint is not one `--analysis-allow` allows: nothing
     /// is asked, and the step holds.
     pub const ANALYSIS_ENDPOINT_NOT_ALLOWED: &str = "AnalysisEndpointNotAllowed";
@@ -352,6 +359,8 @@ pub fn action(event_reason: &str) -> &'static str {
         | CANARY_PROMOTING
         | CANARY_PROMOTED
         | CANARY_ABORTED
+        | CANARY_DRAINED
+        | CANARY_DRAIN_TIMED_OUT
         | CANARY_TARGET_INVALID
         | ROUTE_INVALID
         | ROUTE_DRIFT

@@ -7,7 +7,7 @@ use crate::api::names::{
     CANARY_ABORT_ANNOTATION, CANARY_PAUSE_ANNOTATION, CANARY_PROMOTE_ANNOTATION,
 };
 use crate::api::{CanaryState, CanaryStatus};
-use analysis::{Measurement, Reading};
+use analysis::{Check, Measurement, Reading};
 
 fn canary_spec(version: &str, steps: Value, analysis: Option<Value>) -> Value {
     let mut canary = json!({
@@ -199,6 +199,7 @@ fn a_canary_warms_then_steps_then_promotes_and_the_route_ends_as_it_began() {
             reason::CANARY_WEIGHT_CHANGED,
             reason::CANARY_PROMOTING,
             reason::CANARY_PROMOTED,
+            reason::CANARY_DRAINED,
         ]
     );
     // Nothing more to do.
@@ -1122,5 +1123,158 @@ fn the_probes_are_checked_every_round_and_a_failed_verdict_aborts() {
         last.message.contains("DATE recall 0.00"),
         "{}",
         last.message
+    );
+}
+
+impl World {
+    /// A Gateway that reports on the route, on `generation` of it.
+    fn gateway_accepted(&mut self, generation: i64) {
+        self.route.as_mut().unwrap()["status"] = json!({"parents": [{
+            "parentRef": {"name": "openmed"},
+            "conditions": [{"type": "Accepted", "status": "True", "observedGeneration": generation}],
+        }]});
+    }
+
+    fn route_generation(&self) -> i64 {
+        self.route.as_ref().unwrap()["metadata"]["generation"]
+            .as_i64()
+            .unwrap()
+    }
+
+    fn drain_reading(&mut self, reading: Reading) {
+        self.measurements = vec![Measurement {
+            name: drain::CHECK_NAME.into(),
+            reading,
+        }];
+    }
+}
+
+/// v2 at its first step, with a drain query, aborted: the weights are
+/// back and the Gateway has caught up with them.
+fn aborted_with_a_drain_query() -> World {
+    let mut w = at_first_step(json!({"interval": "10s", "failureLimit": 0, "metrics": [{
+        "name": "error-rate", "thresholdRange": {"max": 0.01},
+        "prometheus": {"address": "http://prometheus:9090", "query": "errors"}}]}));
+    w.resource.spec["canary"]["drain"] = json!({"timeout": "1m", "prometheus": {
+        "address": "http://prometheus:9090", "query": "rate{backend=\"{{canary}}\"} or vector(0)"}});
+    let generation = w.route_generation();
+    w.gateway_accepted(generation);
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "1".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.weights(), (100, 0));
+    let back = w.route_generation();
+    w.gateway_accepted(back);
+    w
+}
+
+#[test]
+fn an_aborted_canary_deployment_moves_back_only_once_the_gateway_has_the_weights() {
+    let mut w = at_first_step(error_rate());
+    let generation = w.route_generation();
+    w.gateway_accepted(generation);
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "1".into());
+    w.reconcile();
+    assert_eq!(w.weights(), (100, 0), "the weights go back at once");
+    assert_eq!(
+        w.canary_version().as_deref(),
+        Some("v2"),
+        "the Gateway still reports the canary's weights: the canary Deployment keeps serving"
+    );
+    assert!(w.canary_status().weights_back_time.is_some());
+    assert!(w.canary_status().drained_time.is_none());
+    assert_eq!(
+        route_to_read(&w.resource).as_deref(),
+        Some("svc"),
+        "the route is read until the drain is over"
+    );
+    w.now += 2;
+    w.reconcile();
+    assert_eq!(w.canary_version().as_deref(), Some("v2"));
+    let back = w.route_generation();
+    w.gateway_accepted(back);
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(
+        w.canary_version().as_deref(),
+        Some("v1"),
+        "drained: it moves back"
+    );
+    assert!(w.canary_status().drained_time.is_some());
+    let drained = w
+        .events
+        .iter()
+        .find(|e| e.reason == reason::CANARY_DRAINED)
+        .expect("a CanaryDrained event");
+    assert_eq!(
+        drained.message,
+        "Deployment svc-canary gets no more requests 3s after the weights went back: every Gateway accepted the route with the weights back"
+    );
+    assert_eq!(route_to_read(&w.resource), None, "at rest again");
+}
+
+#[test]
+fn with_a_drain_query_only_a_zero_rate_moves_the_canary_deployment_back() {
+    let mut w = aborted_with_a_drain_query();
+    assert_eq!(w.canary_version().as_deref(), Some("v2"));
+    let due = analysis_checks(&w.resource, &w.settings, &at(w.now));
+    assert!(
+        matches!(&due[..], [Check::Prometheus { name, query, .. }]
+            if name == "drain" && query == "rate{backend=\"svc-canary\"} or vector(0)"),
+        "{due:?}"
+    );
+    for reading in [
+        Reading::Sample(3.5),
+        Reading::NoData,
+        Reading::Sample(f64::NAN),
+        Reading::Failed("connection refused".into()),
+    ] {
+        w.drain_reading(reading.clone());
+        w.now += 2;
+        w.reconcile();
+        assert_eq!(
+            w.canary_version().as_deref(),
+            Some("v2"),
+            "{reading:?} is not a drain"
+        );
+    }
+    w.drain_reading(Reading::Sample(0.0));
+    w.now += 2;
+    w.reconcile();
+    assert_eq!(w.canary_version().as_deref(), Some("v1"));
+    assert!(
+        analysis_checks(&w.resource, &w.settings, &at(w.now)).is_empty(),
+        "drained: nothing more to ask"
+    );
+    assert!(w.events.iter().any(|e| {
+        e.reason == reason::CANARY_DRAINED
+            && e.message
+                .ends_with("the data plane sends it no requests (drain query 0)")
+    }));
+}
+
+#[test]
+fn a_drain_that_never_reads_zero_ends_at_its_timeout_with_a_warning() {
+    let mut w = aborted_with_a_drain_query();
+    w.drain_reading(Reading::Sample(1.0));
+    w.now += 59;
+    w.reconcile();
+    assert_eq!(w.canary_version().as_deref(), Some("v2"));
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.canary_version().as_deref(), Some("v1"));
+    let timed_out = w
+        .events
+        .iter()
+        .find(|e| e.reason == reason::CANARY_DRAIN_TIMED_OUT)
+        .expect("a CanaryDrainTimedOut event");
+    assert_eq!(timed_out.type_, EventType::Warning);
+    assert_eq!(
+        timed_out.message,
+        "Deployment svc-canary moves back although the data plane still sends it 1.00 requests/s after 60s"
     );
 }

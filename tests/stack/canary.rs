@@ -1,0 +1,699 @@
+//! Canaries on real traffic: `examples/real/canary` (a stable and a canary
+//! Deployment of the real service, one HTTPRoute rule with both as
+//! backends) under load through Envoy Gateway, the analysis reading
+//! Envoy's own request statistics from Prometheus and the canary's pods
+//! answering the probe set.
+//!
+//! Each test records the route's weights and the canary's state as they
+//! change (a poll every 200 ms), and judges every request the load sent by
+//! what was on the route when it was sent.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use libtest_mimic::Trial;
+use openmed_load::Record;
+use openmed_op::api::{CanaryState, OpenMedModelStatus, Outcome, Phase};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::app::*;
+use crate::env::Env;
+use crate::support::*;
+use crate::trial;
+
+pub fn trials() -> Vec<Trial> {
+    vec![
+        trial(
+            "canary::the_split_is_real_and_the_promotion_drops_nothing",
+            the_split_is_real_and_the_promotion_drops_nothing,
+        ),
+        trial(
+            "canary::a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics",
+            a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics,
+        ),
+        trial(
+            "canary::no_data_holds_and_an_abort_moves_the_canary_back_once_drained",
+            no_data_holds_and_an_abort_moves_the_canary_back_once_drained,
+        ),
+        trial(
+            "canary::a_model_that_misses_dates_is_aborted_by_the_probes",
+            a_model_that_misses_dates_is_aborted_by_the_probes,
+        ),
+    ]
+}
+
+/// Warms, passes `/readyz`, and answers every request with an error.
+const FAILS: &str = "OpenMed/synthetic-pii-fails";
+/// Warms, answers every request, and never tags a date.
+const MISSES_DATE: &str = "OpenMed/synthetic-pii-misses-date";
+const CANARY: &str = "openmed-service-canary";
+
+/// Prometheus as the operator on the pod network reaches it.
+fn prometheus() -> String {
+    let ports = std::fs::read_to_string(cluster_dir().join("workload-ports"))
+        .expect("DIR/workload-ports from tests/workload/up");
+    let port = ports
+        .lines()
+        .find_map(|l| l.strip_prefix("PROMETHEUS_PORT="))
+        .expect("PROMETHEUS_PORT in DIR/workload-ports");
+    format!("http://{POD_GATEWAY}:{port}")
+}
+
+/// A document of the example, without its namespace.
+fn documents(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(root().join("examples/real/canary").join(file)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .filter(|v| !v.is_null() && v["kind"] != "Namespace")
+        .map(|mut v| {
+            v["metadata"].as_object_mut().unwrap().remove("namespace");
+            v
+        })
+        .collect()
+}
+
+fn yaml_stream(docs: &[Value]) -> String {
+    docs.iter()
+        .map(|d| serde_yaml::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// The example's Prometheus query with its range cut to `range`, for
+/// steps of seconds rather than minutes.
+fn with_range(query: &str, range: &str) -> String {
+    query.replace("[1m]", &format!("[{range}]"))
+}
+
+/// The data plane's request rate to the canary backend, 0 when it has no
+/// series (Envoy drops a cluster no route uses).
+const DRAIN_QUERY: &str = "sum(rate(envoy_cluster_upstream_rq_total{envoy_cluster_name=~\"service/{{namespace}}/{{canary}}/.+\"}[5s])) or vector(0)";
+
+/// `examples/real/canary` in a test's namespace, its operator on the pod
+/// network (the probes reach pod addresses; Prometheus is forwarded there),
+/// rolled out at `V1` on both Deployments.
+struct CanaryApp {
+    app: App,
+}
+
+impl CanaryApp {
+    async fn deploy(prefix: &str, tune: impl FnOnce(&mut Value)) -> CanaryApp {
+        let client = admin().await;
+        install_crd(&client).await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        let prometheus = prometheus();
+        let operator = Operator::start_on_pod_network(&ns.name, &["--analysis-allow", &prometheus]);
+        let env = Env {
+            client,
+            ns,
+            operator,
+        };
+        let mut service = documents("openmed-service.yaml");
+        for doc in &mut service {
+            if doc["kind"] == "HTTPRoute" {
+                let rule = &mut doc["spec"]["rules"][0];
+                rule["matches"] =
+                    json!([{"path": {"type": "PathPrefix", "value": format!("/{}", env.ns.name)}}]);
+                rule["filters"][0]["urlRewrite"]["path"] =
+                    json!({"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"});
+            }
+        }
+        env.apply(&yaml_stream(&service)).await;
+        env.apply(&yaml_stream(&documents("probes.yaml"))).await;
+        let mut model = documents("openmedmodel.yaml").remove(0);
+        let canary = &mut model["spec"]["canary"];
+        for metric in canary["analysis"]["metrics"].as_array_mut().unwrap() {
+            metric["prometheus"]["address"] = json!(prometheus);
+        }
+        tune(canary);
+        env.apply(&yaml_stream(&[model])).await;
+        env.wait_ready(NAME, V1).await;
+        // At rest the canary Deployment serves the stable version too.
+        let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), &env.ns.name);
+        wait_for(
+            "the canary Deployment to serve the stable version",
+            Duration::from_secs(120),
+            || async {
+                let d = deployments.get(CANARY).await.ok()?;
+                let template = serde_json::to_string(&d.spec.as_ref()?.template).ok()?;
+                let s = d.status?;
+                let settled = s.observed_generation == d.metadata.generation
+                    && s.updated_replicas == Some(1)
+                    && s.available_replicas == Some(1)
+                    && s.replicas == Some(1)
+                    && template.contains("OPENMED_SERVICE_PRELOAD_MODELS");
+                settled.then_some(())
+            },
+        )
+        .await;
+        let url = format!("{}/{}", gateway_url(), env.ns.name);
+        let ready = format!("{url}/readyz");
+        wait_for(
+            "the Gateway to route to the service",
+            Duration::from_secs(60),
+            || async {
+                let ok = reqwest::get(&ready).await.ok()?.status().is_success();
+                ok.then_some(())
+            },
+        )
+        .await;
+        CanaryApp {
+            app: App { env, url },
+        }
+    }
+
+    fn env(&self) -> &Env {
+        &self.app.env
+    }
+}
+
+/// The canary block's analysis for short steps: `interval`, the example's
+/// error-rate query over `range`, and the probes kept or not.
+fn short_analysis(canary: &mut Value, interval: &str, range: &str, probes: bool) {
+    let analysis = &mut canary["analysis"];
+    analysis["interval"] = json!(interval);
+    let query = analysis["metrics"][0]["prometheus"]["query"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    analysis["metrics"][0]["prometheus"]["query"] = json!(with_range(&query, range));
+    if !probes {
+        analysis.as_object_mut().unwrap().remove("probes");
+    }
+}
+
+fn with_drain(canary: &mut Value) {
+    let address = canary["analysis"]["metrics"][0]["prometheus"]["address"].clone();
+    canary["drain"] =
+        json!({"prometheus": {"address": address, "query": DRAIN_QUERY}, "timeout": "1m"});
+}
+
+/// One look at the route, the canary and the canary Deployment.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    /// When, in ms since the epoch.
+    at: f64,
+    /// (stable, canary) weights on the route.
+    weights: (i64, i64),
+    state: Option<CanaryState>,
+    step: i32,
+    /// The canary Deployment's generation.
+    canary_generation: i64,
+}
+
+/// Every change of what [`Seen`] holds, from a poll every 200 ms until
+/// stopped.
+struct Trace {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Trace {
+    fn start(env: &Env) -> Trace {
+        let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
+        let routes: Api<DynamicObject> =
+            Api::namespaced_with(env.client.clone(), &env.ns.name, &resource);
+        let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), &env.ns.name);
+        let models = env.models();
+        let seen = Arc::new(Mutex::new(Vec::<Seen>::new()));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let kept = seen.clone();
+        let task = tokio::spawn(async move {
+            // Bounded: a test that forgets to stop it ends it in 15 minutes.
+            for _ in 0..4500 {
+                if stopped.try_recv().is_ok() {
+                    return;
+                }
+                let at = now_ms();
+                let (Ok(route), Ok(model), Ok(canary)) = (
+                    routes.get(NAME).await,
+                    models.get(NAME).await,
+                    deployments.get(CANARY).await,
+                ) else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                let route = serde_json::to_value(route).unwrap();
+                let refs = &route["spec"]["rules"][0]["backendRefs"];
+                let c = model.status.and_then(|s| s.canary);
+                let now = Seen {
+                    at,
+                    weights: (
+                        refs[0]["weight"].as_i64().unwrap_or(1),
+                        refs[1]["weight"].as_i64().unwrap_or(1),
+                    ),
+                    state: c.as_ref().map(|c| c.state),
+                    step: c.as_ref().map_or(0, |c| c.step),
+                    canary_generation: canary.metadata.generation.unwrap_or(0),
+                };
+                {
+                    let mut seen = kept.lock().unwrap();
+                    let changed = seen.last().is_none_or(|last| {
+                        (last.weights, last.state, last.step, last.canary_generation)
+                            != (now.weights, now.state, now.step, now.canary_generation)
+                    });
+                    if changed {
+                        seen.push(now);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Trace { seen, stop, task }
+    }
+
+    async fn stop(self) -> Vec<Seen> {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+        let seen = self.seen.lock().unwrap().clone();
+        seen
+    }
+}
+
+/// When the route first showed `weights`, and when it next showed others.
+fn span(seen: &[Seen], weights: (i64, i64)) -> Option<(f64, f64)> {
+    let first = seen.iter().position(|s| s.weights == weights)?;
+    let end = seen[first..]
+        .iter()
+        .find(|s| s.weights != weights)
+        .map_or(f64::INFINITY, |s| s.at);
+    Some((seen[first].at, end))
+}
+
+/// When the canary was first seen in `state`.
+fn first_in(seen: &[Seen], state: CanaryState) -> Option<f64> {
+    seen.iter().find(|s| s.state == Some(state)).map(|s| s.at)
+}
+
+/// How long the data plane takes to act on a weight the route shows
+/// (Envoy Gateway translates the route and pushes it to Envoy): requests
+/// sent in this time after a change are not counted for either side.
+const PROPAGATION_MS: f64 = 2000.0;
+
+/// The records of requests answered by a canary pod.
+fn from_canary(records: &[Record]) -> Vec<&Record> {
+    records
+        .iter()
+        .filter(|r| r.pod.as_deref().is_some_and(|p| p.starts_with(CANARY)))
+        .collect()
+}
+
+async fn wait_canary(app: &CanaryApp, what: &str, ok: impl FnMut(&OpenMedModelStatus) -> bool) {
+    wait_until(
+        what,
+        Duration::from_secs(300),
+        || app.env().status(NAME),
+        ok,
+    )
+    .await;
+}
+
+fn canary_state(s: &OpenMedModelStatus) -> Option<CanaryState> {
+    s.canary.as_ref().map(|c| c.state)
+}
+
+fn the_split_is_real_and_the_promotion_drops_nothing() {
+    block_on(async {
+        let app = CanaryApp::deploy("stack-canary", |canary| {
+            canary["steps"] =
+                json!([{"weight": 10, "pause": "20s"}, {"weight": 50, "pause": "40s"}]);
+            short_analysis(canary, "10s", "20s", true);
+        })
+        .await;
+        let trace = Trace::start(app.env());
+        let (stop, load) = app.app.load(30.0, Duration::from_secs(420));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let bumped = now_ms();
+        app.env().set_spec(NAME, json!({"version": V2})).await;
+        wait_canary(&app, "the canary to promote v2", |s| {
+            s.phase == Some(Phase::Ready)
+                && s.active_version.as_deref() == Some(V2)
+                && canary_state(s) == Some(CanaryState::Promoted)
+        })
+        .await;
+        let promoted = now_ms();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = stop.send(());
+        let records = load.await.unwrap();
+        let seen = trace.stop().await;
+
+        assert_all_served(&records);
+        let promoting = first_in(&seen, CanaryState::Promoting).expect("the canary promoted");
+        let mut phases = Vec::new();
+        let mut splits = Vec::new();
+        for (weight, weights) in [(10, (90, 10)), (50, (50, 50))] {
+            let (from, to) = span(&seen, weights)
+                .unwrap_or_else(|| panic!("{weights:?} never on the route: {seen:#?}"));
+            // The last step ends when the stable Deployment starts rolling.
+            let to = to.min(promoting);
+            let step = sent_between(&records, from + PROPAGATION_MS, to);
+            let canary = step
+                .iter()
+                .filter(|r| r.model_name.as_deref() == Some(V2))
+                .count();
+            let share = 100.0 * canary as f64 / step.len().max(1) as f64;
+            eprintln!(
+                "  step {weight} %: {} requests over {:.1} s, {canary} answered by the canary ({share:.1} %)",
+                step.len(),
+                (to - from - PROPAGATION_MS) / 1000.0
+            );
+            assert!(
+                step.len() >= 400,
+                "at least 400 requests at {weight} %: {} ({seen:#?})",
+                step.len()
+            );
+            assert!(
+                (share - weight as f64).abs() <= 5.0,
+                "{share:.1} % of the answers at {weight} % came from the canary"
+            );
+            phases.push(phase(&format!("step {weight} %"), &step));
+            splits.push(
+                json!({"weight": weight, "requests": step.len(), "canary_answers": canary,
+                "canary_share_pct": (share * 10.0).round() / 10.0}),
+            );
+        }
+        // Before any step, nothing from v2; after the weights went back,
+        // every answer names v2.
+        let (first_step, _) = span(&seen, (90, 10)).unwrap();
+        let before = sent_between(&records, 0.0, first_step);
+        assert!(
+            before.iter().all(|r| r.model_name.as_deref() == Some(V1)),
+            "a v2 answer before the first step"
+        );
+        let (_, back) = span(&seen, (50, 50)).unwrap();
+        let after = sent_between(&records, back + PROPAGATION_MS, f64::INFINITY);
+        assert!(!after.is_empty());
+        assert!(
+            after.iter().all(|r| r.model_name.as_deref() == Some(V2)),
+            "after the promotion every answer names v2"
+        );
+        // The canary Deployment serves v2 after the promotion as during it:
+        // it was not touched after its warm-up.
+        let generations: Vec<i64> = seen.iter().map(|s| s.canary_generation).collect();
+        let warmed = generations[0];
+        assert!(
+            generations.iter().all(|g| *g <= warmed + 1),
+            "the canary Deployment was written once (the warm-up): {generations:?}"
+        );
+
+        eprintln!("canary::the_split_is_real (30 requests/s through the Gateway):");
+        phases.push(phase(
+            "promotion (stable rolls) to Ready",
+            &sent_between(&records, promoting, promoted),
+        ));
+        phases.push(phase("after the weights went back", &after));
+        let took = (promoted - bumped) / 1000.0;
+        eprintln!("  bump → promoted {took:.1} s");
+        record_result(json!({
+            "scenario": "canary_split_and_promotion", "rps": 30, "phases": phases,
+            "splits": splits, "bump_to_promoted_s": (took * 10.0).round() / 10.0,
+            "failed": records.iter().filter(|r| !r.ok()).count(), "requests": records.len(),
+        }));
+        app.app.env.finish().await;
+    });
+}
+
+fn a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics() {
+    block_on(async {
+        let app = CanaryApp::deploy("stack-canary-errors", |canary| {
+            canary["steps"] =
+                json!([{"weight": 10, "pause": "60s"}, {"weight": 50, "pause": "60s"}]);
+            short_analysis(canary, "5s", "10s", false);
+            with_drain(canary);
+        })
+        .await;
+        let trace = Trace::start(app.env());
+        let rps = 20.0;
+        let (stop, load) = app.app.load(rps, Duration::from_secs(300));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        app.env().set_spec(NAME, json!({"version": FAILS})).await;
+        wait_canary(
+            &app,
+            "the canary to abort and its Deployment to drain",
+            |s| {
+                canary_state(s) == Some(CanaryState::Aborted)
+                    && s.canary.as_ref().is_some_and(|c| c.drained_time.is_some())
+            },
+        )
+        .await;
+        // The canary Deployment moves back after the drain: its new pod
+        // serves v1 again.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = stop.send(());
+        let records = load.await.unwrap();
+        let seen = trace.stop().await;
+        let status = app.env().status(NAME).await;
+
+        assert!(
+            !seen.iter().any(|s| s.weights == (50, 50)),
+            "aborted before the second step: {seen:#?}"
+        );
+        let (at_ten, restored) = span(&seen, (90, 10)).expect("the first step's weights");
+        let failed: Vec<&Record> = records.iter().filter(|r| !r.ok()).collect();
+        let expected = 0.1 * rps * (restored - at_ten) / 1000.0;
+        eprintln!(
+            "canary::errors: {} of {} requests failed; 10 % × {:.1} s at 10 % × {rps} requests/s = {expected:.1}",
+            failed.len(),
+            records.len(),
+            (restored - at_ten) / 1000.0
+        );
+        assert!(!failed.is_empty(), "the canary got its share and failed it");
+        assert!(
+            (failed.len() as f64) <= 2.0 * expected + 10.0,
+            "{} failed, near {expected:.1} expected",
+            failed.len()
+        );
+        let late: Vec<&&Record> = failed
+            .iter()
+            .filter(|r| r.unix_ms as f64 >= restored + PROPAGATION_MS)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "requests failed after the weights were back: {late:?}"
+        );
+        let last_failure = failed
+            .iter()
+            .map(|r| r.unix_ms as f64 - restored)
+            .fold(f64::NEG_INFINITY, f64::max);
+        // Traffic-verified: the canary Deployment changed only after the
+        // last answer from its pods.
+        let moved = seen
+            .iter()
+            .find(|s| s.at > restored && s.canary_generation > seen[0].canary_generation + 1)
+            .map(|s| s.at)
+            .expect("the canary Deployment moved back");
+        let last_canary_answer = from_canary(&records)
+            .iter()
+            .map(|r| r.unix_ms as f64 + r.latency_ms)
+            .fold(0.0, f64::max);
+        assert!(
+            last_canary_answer < moved,
+            "the canary Deployment moved {:.0} ms before its last answer",
+            last_canary_answer - moved
+        );
+        let c = status.canary.as_ref().unwrap();
+        let drain_s = c.drained_time.as_ref().unwrap().0.as_second()
+            - c.weights_back_time.as_ref().unwrap().0.as_second();
+        let metric = c
+            .analysis
+            .iter()
+            .find(|r| r.name == "error-rate" && r.outcome == Outcome::Fail)
+            .expect("the error rate failed a round");
+        eprintln!(
+            "  weights at 10 % for {:.1} s; last failure {:.0} ms after the route showed the weights back; drained {drain_s} s after; moved {:.1} s after the last canary answer; {}",
+            (restored - at_ten) / 1000.0,
+            last_failure,
+            (moved - last_canary_answer) / 1000.0,
+            metric.message
+        );
+        record_result(json!({
+            "scenario": "canary_errors_aborted_by_metrics", "rps": rps,
+            "requests": records.len(), "failed": failed.len(), "expected_failed": (expected * 10.0).round() / 10.0,
+            "at_10_pct_s": ((restored - at_ten) / 100.0).round() / 10.0,
+            "last_failure_after_restore_ms": last_failure.round(),
+            "drain_s": drain_s, "failed_round": metric.message,
+        }));
+        app.app.env.finish().await;
+    });
+}
+
+fn no_data_holds_and_an_abort_moves_the_canary_back_once_drained() {
+    block_on(async {
+        let app = CanaryApp::deploy("stack-canary-nodata", |canary| {
+            canary["steps"] =
+                json!([{"weight": 10, "pause": "10s"}, {"weight": 50, "pause": "10m"}]);
+            short_analysis(canary, "5s", "10s", false);
+            with_drain(canary);
+        })
+        .await;
+        let trace = Trace::start(app.env());
+        app.env().set_spec(NAME, json!({"version": V2})).await;
+        // No load: the canary backend has no request to count, the query no
+        // data, and the step holds past its pause.
+        wait_canary(&app, "three inconclusive rounds at the first step", |s| {
+            let Some(c) = &s.canary else { return false };
+            let rounds = c
+                .analysis
+                .iter()
+                .filter(|r| r.step == 1 && r.outcome == Outcome::Inconclusive)
+                .count();
+            rounds >= 3
+        })
+        .await;
+        let held = app.env().status(NAME).await;
+        let c = held.canary.as_ref().unwrap();
+        assert_eq!((c.step, c.weight), (1, 10), "{c:#?}");
+        let stalled = held
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Stalled")
+            .unwrap();
+        assert_eq!(
+            (stalled.status.as_str(), stalled.reason.as_str()),
+            ("True", "AnalysisInconclusive")
+        );
+        let since_step = now_ms() - span(&trace.seen.lock().unwrap(), (90, 10)).unwrap().0;
+        assert!(since_step > 10_000.0, "held past the 10 s pause");
+        // Data: the next rounds pass and the canary moves on.
+        let (stop, load) = app.app.load(20.0, Duration::from_secs(300));
+        wait_canary(&app, "the second step", |s| {
+            s.canary
+                .as_ref()
+                .is_some_and(|c| c.step == 2 && c.weight == 50)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // An abort of a good canary: nothing may fail, before, at or after
+        // the moment its Deployment moves back.
+        let aborted = now_ms();
+        app.env()
+            .models()
+            .patch(
+                NAME,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    json!({"metadata": {"annotations": {"openmed.ai/canary-abort": "stack-test"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+        wait_canary(&app, "the abort and the drain", |s| {
+            canary_state(s) == Some(CanaryState::Aborted)
+                && s.canary.as_ref().is_some_and(|c| c.drained_time.is_some())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let _ = stop.send(());
+        let records = load.await.unwrap();
+        let seen = trace.stop().await;
+        let status = app.env().status(NAME).await;
+
+        assert_all_served(&records);
+        let (_, restored) = span(&seen, (50, 50)).expect("the second step's weights");
+        let moved = seen
+            .iter()
+            .find(|s| s.at > restored && s.canary_generation > seen[0].canary_generation + 1)
+            .map(|s| s.at)
+            .expect("the canary Deployment moved back");
+        let canary_answers = from_canary(&records);
+        let last_canary_answer = canary_answers
+            .iter()
+            .filter(|r| r.model_name.as_deref() == Some(V2))
+            .map(|r| r.unix_ms as f64 + r.latency_ms)
+            .fold(0.0, f64::max);
+        assert!(
+            last_canary_answer < moved,
+            "the canary Deployment moved {:.0} ms before its last answer",
+            last_canary_answer - moved
+        );
+        let c = status.canary.as_ref().unwrap();
+        let drain_s = c.drained_time.as_ref().unwrap().0.as_second()
+            - c.weights_back_time.as_ref().unwrap().0.as_second();
+        let events = app.env().events(NAME).await;
+        let drained = events
+            .iter()
+            .find(|(r, _, _)| r == "CanaryDrained")
+            .map(|(_, m, _)| m.clone())
+            .expect("a CanaryDrained event");
+        eprintln!("canary::no_data_holds (20 requests/s once the step held):");
+        let phases = vec![phase(
+            "abort to the end",
+            &sent_between(&records, aborted, f64::INFINITY),
+        )];
+        eprintln!(
+            "  route back → drained {drain_s} s; canary Deployment moved {:.1} s after its last answer; {drained}",
+            (moved - last_canary_answer) / 1000.0
+        );
+        record_result(json!({
+            "scenario": "canary_no_data_holds_then_abort_drains", "rps": 20, "phases": phases,
+            "inconclusive_rounds_held": 3, "drain_s": drain_s,
+            "moved_after_last_canary_answer_s": ((moved - last_canary_answer) / 100.0).round() / 10.0,
+        }));
+        app.app.env.finish().await;
+    });
+}
+
+fn a_model_that_misses_dates_is_aborted_by_the_probes() {
+    block_on(async {
+        let app = CanaryApp::deploy("stack-canary-probes", |canary| {
+            canary["steps"] = json!([{"weight": 10, "pause": "30s"}]);
+            let analysis = &mut canary["analysis"];
+            analysis["interval"] = json!("5s");
+            analysis.as_object_mut().unwrap().remove("metrics");
+        })
+        .await;
+        let trace = Trace::start(app.env());
+        let (stop, load) = app.app.load(20.0, Duration::from_secs(300));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        app.env()
+            .set_spec(NAME, json!({"version": MISSES_DATE}))
+            .await;
+        wait_canary(&app, "the probes to abort the canary", |s| {
+            canary_state(s) == Some(CanaryState::Aborted)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let _ = stop.send(());
+        let records = load.await.unwrap();
+        let seen = trace.stop().await;
+        let status = app.env().status(NAME).await;
+
+        assert_all_served(&records);
+        assert_eq!(status.active_version.as_deref(), Some(V1));
+        let c = status.canary.as_ref().unwrap();
+        let probes = c
+            .analysis
+            .iter()
+            .find(|r| r.name == "probes" && r.outcome == Outcome::Fail)
+            .unwrap_or_else(|| panic!("a failed probes round: {:#?}", c.analysis));
+        assert!(
+            probes.message.contains("DATE recall 0.00"),
+            "{}",
+            probes.message
+        );
+        // The figures only: no probe text in the status.
+        assert!(!probes.message.contains("Patient"), "{}", probes.message);
+        let leaked = records
+            .iter()
+            .filter(|r| r.model_name.as_deref() == Some(MISSES_DATE))
+            .count();
+        let (at_ten, restored) = span(&seen, (90, 10)).expect("the step's weights");
+        eprintln!(
+            "canary::probes: {leaked} answers of {} from the model that misses dates in {:.1} s at 10 %; {}",
+            records.len(),
+            (restored - at_ten) / 1000.0,
+            probes.message
+        );
+        record_result(json!({
+            "scenario": "canary_probes_abort_a_model_that_misses_dates", "rps": 20,
+            "requests": records.len(), "answers_from_it": leaked,
+            "at_10_pct_s": ((restored - at_ten) / 100.0).round() / 10.0, "failed_round": probes.message,
+        }));
+        app.app.env.finish().await;
+    });
+}
