@@ -270,8 +270,7 @@ impl Trace {
     async fn stop(self) -> Vec<Seen> {
         let _ = self.stop.send(());
         let _ = self.task.await;
-        let seen = self.seen.lock().unwrap().clone();
-        seen
+        self.seen.lock().unwrap().clone()
     }
 }
 
