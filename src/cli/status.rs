@@ -1,7 +1,9 @@
 //! `status` and `list`: an OpenMedModel as a person reads it, with the
 //! ReplicaSets of its Deployment (which version each one serves, how many
-//! of its pods are ready), its canary and its last events; `--watch`
-//! redraws on every change the watches report.
+//! of its pods are ready), the quality gate's verdict on each pod, its
+//! canary with the latest round of analysis (the probes' figures among
+//! them) and its last events; `--watch` redraws on every change the
+//! watches report.
 //!
 //! The view is a pure function of the objects read ([`view`]), so what it
 //! shows is tested without a cluster; the shell only reads and redraws.
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
@@ -21,6 +23,7 @@ use kube::{Client, ResourceExt};
 
 use super::{EXIT_OK, EXIT_USAGE};
 use crate::api::names::{MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION, PRELOAD_ENV};
+use crate::api::quality::QUALITY_CONDITION;
 use crate::api::{OpenMedModel, Phase};
 
 /// The `status` subcommand's arguments.
@@ -67,6 +70,8 @@ pub struct Observed {
     pub snapshots: Vec<ConfigMap>,
     /// Events about the resource.
     pub events: Vec<Event>,
+    /// The Deployment's pods, read when `spec.qualityGate` is set.
+    pub pods: Vec<Pod>,
 }
 
 /// The resource, as text, with ages counted to `now`.
@@ -180,6 +185,10 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
         }
     }
 
+    if model.spec.quality_gate.is_some() {
+        quality_gate(&mut out, &o.pods, &versions);
+    }
+
     if let Some(c) = &status.canary {
         let _ = writeln!(
             out,
@@ -190,6 +199,19 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
             c.weight,
             c.message
         );
+        if let (Some(back), Some(drained)) = (&c.weights_back_time, &c.drained_time) {
+            let _ = writeln!(
+                out,
+                "  drained {}s after the weights went back",
+                drained.0.as_second() - back.0.as_second()
+            );
+        } else if let Some(back) = &c.weights_back_time {
+            let _ = writeln!(
+                out,
+                "  weights back {} ago; the canary Deployment waits until no request reaches it",
+                age(back.0, now)
+            );
+        }
         if let Some(canary) = &model.spec.canary {
             let steps: Vec<String> = canary
                 .steps
@@ -201,6 +223,36 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
                 })
                 .collect();
             let _ = writeln!(out, "  steps: {} (* current)", steps.join(" → "));
+        }
+        // The latest measurement of each check: the probes' figures
+        // (recall per label), the metrics' values, the webhooks' answers.
+        let mut latest: Vec<&crate::api::AnalysisResult> = Vec::new();
+        for r in c.analysis.iter().rev() {
+            if !latest.iter().any(|l| l.name == r.name) {
+                latest.push(r);
+            }
+        }
+        latest.reverse();
+        if !latest.is_empty() {
+            out.push_str("  analysis, latest of each check:\n");
+            let rows: Vec<Vec<String>> = latest
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.name.clone(),
+                        r.step.to_string(),
+                        format!("{:?}", r.outcome),
+                        age(r.time.0, now),
+                        r.message.clone(),
+                    ]
+                })
+                .collect();
+            columns(
+                &mut out,
+                "  ",
+                &["CHECK", "STEP", "OUTCOME", "AGE", "MESSAGE"],
+                &rows,
+            );
         }
     }
 
@@ -240,6 +292,47 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
         table(&mut out, &["AGE", "TYPE", "REASON", "MESSAGE"], &rows);
     }
     out
+}
+
+/// Each pod's verdict of the quality gate (the `openmed.ai/model-quality`
+/// condition the operator sets, its message the figures), with the
+/// version its template serves.
+fn quality_gate(out: &mut String, pods: &[Pod], versions: &BTreeMap<String, String>) {
+    if pods.is_empty() {
+        out.push_str("Quality gate: no pod\n");
+        return;
+    }
+    out.push_str("Quality gate:\n");
+    let mut pods: Vec<&Pod> = pods.iter().collect();
+    pods.sort_by_key(|p| p.name_any());
+    let rows: Vec<Vec<String>> = pods
+        .iter()
+        .map(|pod| {
+            let version = pod
+                .labels()
+                .get(MANIFEST_SNAPSHOT_LABEL)
+                .and_then(|h| versions.get(h).cloned())
+                .unwrap_or_else(|| "-".to_owned());
+            let gate = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == QUALITY_CONDITION));
+            let (verdict, message) = match gate {
+                Some(c) => (
+                    match c.status.as_str() {
+                        "True" => "Passed".to_owned(),
+                        "False" => "Failed".to_owned(),
+                        other => other.to_owned(),
+                    },
+                    c.message.clone().unwrap_or_default(),
+                ),
+                None => ("Waiting".to_owned(), "not judged yet".to_owned()),
+            };
+            vec![pod.name_any(), version, verdict, message]
+        })
+        .collect();
+    columns(out, "  ", &["POD", "VERSION", "GATE", "FIGURES"], &rows);
 }
 
 /// One line per resource.
@@ -431,6 +524,14 @@ async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Observe
         .list(&ListParams::default().labels(MANIFEST_SNAPSHOT_LABEL))
         .await?
         .items;
+    let mut pods = Vec::new();
+    if let (Some(d), Some(_)) = (&deployment, &model.spec.quality_gate) {
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        pods = api
+            .list(&ListParams::default().labels(&selector(d)))
+            .await?
+            .items;
+    }
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     let events = events
         .list(&ListParams::default().fields(&format!(
@@ -444,6 +545,7 @@ async fn observe(client: &Client, namespace: &str, name: &str) -> Result<Observe
         replica_sets,
         snapshots,
         events,
+        pods,
     })
 }
 
@@ -636,6 +738,7 @@ mod tests {
             replica_sets: Vec::new(),
             snapshots: Vec::new(),
             events,
+            pods: Vec::new(),
         }
     }
 
@@ -714,6 +817,98 @@ mod tests {
         assert!(text.contains("Retained:   v1\n"), "{text}");
         assert!(text.contains("Deployment svc: not found"), "{text}");
         assert!(text.contains("Events: none"), "{text}");
+    }
+
+    #[test]
+    fn the_latest_round_of_analysis_and_the_drain_show() {
+        let status = json!({
+            "phase": "RolledBack", "desiredVersion": "v2", "activeVersion": "v1",
+            "canary": {"version": "v2", "specHash": "sha256:00", "state": "Aborted",
+                "step": 1, "weight": 0, "message": "canary of v2 aborted",
+                "weightsBackTime": "2026-12-01T10:00:10Z", "drainedTime": "2026-12-01T10:00:13Z",
+                "analysis": [
+                    {"time": "2026-12-01T10:00:00Z", "name": "probes", "step": 1, "outcome": "Pass",
+                     "message": "1 canary pod(s) passed: DATE recall 1.00 (3/3)"},
+                    {"time": "2026-12-01T10:00:05Z", "name": "error-rate", "step": 1, "outcome": "Pass",
+                     "message": "0 is within at most 0.01"},
+                    {"time": "2026-12-01T10:00:10Z", "name": "probes", "step": 1, "outcome": "Fail",
+                     "message": "pod svc-canary-1: DATE recall 0.00 is below 1.00 (minRecall)"},
+                ]},
+        });
+        let now: Timestamp = "2026-12-01T10:00:30Z".parse().unwrap();
+        let text = view(&observed(status, Vec::new()), now);
+        assert!(
+            text.contains("  drained 3s after the weights went back\n"),
+            "{text}"
+        );
+        let rows: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.contains("analysis, latest of each check"))
+            .skip(2)
+            .take(2)
+            .collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(
+            rows[0].contains("error-rate") && rows[0].contains("Pass"),
+            "{text}"
+        );
+        assert!(
+            rows[1].contains("probes")
+                && rows[1].contains("Fail")
+                && rows[1].contains("DATE recall 0.00 is below 1.00"),
+            "only the latest probes round: {text}"
+        );
+    }
+
+    #[test]
+    fn each_pods_quality_verdict_shows_with_its_figures() {
+        let mut o = observed(json!({"phase": "RollingOut"}), Vec::new());
+        o.model.spec.quality_gate =
+            Some(serde_json::from_value(json!({"configMapRef": {"name": "pii-probes"}})).unwrap());
+        let pod = |name: &str, gate: Option<(&str, &str)>| -> Pod {
+            let mut conditions = vec![json!({"type": "Ready", "status": "False"})];
+            if let Some((status, message)) = gate {
+                conditions
+                    .push(json!({"type": QUALITY_CONDITION, "status": status, "message": message}));
+            }
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {MANIFEST_SNAPSHOT_LABEL: "abc"}},
+                "status": {"conditions": conditions},
+            }))
+            .unwrap()
+        };
+        o.pods = vec![
+            pod(
+                "svc-2",
+                Some(("False", "DATE recall 0.00 is below 1.00 (minRecall)")),
+            ),
+            pod("svc-1", Some(("True", "passed: DATE recall 1.00 (3/3)"))),
+            pod("svc-3", None),
+        ];
+        let now: Timestamp = "2026-12-01T10:00:30Z".parse().unwrap();
+        let text = view(&o, now);
+        let rows: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Quality gate:"))
+            .skip(2)
+            .take(3)
+            .collect();
+        assert!(
+            rows[0].contains("svc-1")
+                && rows[0].contains("Passed")
+                && rows[0].contains("DATE recall 1.00 (3/3)"),
+            "{text}"
+        );
+        assert!(
+            rows[1].contains("svc-2")
+                && rows[1].contains("Failed")
+                && rows[1].contains("below 1.00"),
+            "{text}"
+        );
+        assert!(
+            rows[2].contains("svc-3") && rows[2].contains("Waiting"),
+            "{text}"
+        );
     }
 
     #[test]
