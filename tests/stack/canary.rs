@@ -196,6 +196,9 @@ fn with_drain(canary: &mut Value) {
 struct Seen {
     /// When, in ms since the epoch.
     at: f64,
+    /// When the poll before saw it otherwise: the change happened in
+    /// `(after, at]`.
+    after: f64,
     /// (stable, canary) weights on the route.
     weights: (i64, i64),
     state: Option<CanaryState>,
@@ -224,6 +227,7 @@ impl Trace {
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let kept = seen.clone();
         let task = tokio::spawn(async move {
+            let mut last_poll = now_ms();
             // Bounded: a test that forgets to stop it ends it in 15 minutes.
             for _ in 0..4500 {
                 if stopped.try_recv().is_ok() {
@@ -243,6 +247,7 @@ impl Trace {
                 let c = model.status.and_then(|s| s.canary);
                 let now = Seen {
                     at,
+                    after: last_poll,
                     weights: (
                         refs[0]["weight"].as_i64().unwrap_or(1),
                         refs[1]["weight"].as_i64().unwrap_or(1),
@@ -261,6 +266,7 @@ impl Trace {
                         seen.push(now);
                     }
                 }
+                last_poll = at;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         });
@@ -378,7 +384,11 @@ fn the_split_is_real_and_the_promotion_drops_nothing() {
         }
         // Before any step, nothing from v2; after the weights went back,
         // every answer names v2.
-        let (first_step, _) = span(&seen, (90, 10)).unwrap();
+        let first_step = seen
+            .iter()
+            .find(|s| s.weights == (90, 10))
+            .map(|s| s.after)
+            .unwrap();
         let before = sent_between(&records, 0.0, first_step);
         assert!(
             before.iter().all(|r| r.model_name.as_deref() == Some(V1)),
@@ -484,7 +494,7 @@ fn a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics() {
         let moved = seen
             .iter()
             .find(|s| s.at > restored && s.canary_generation > seen[0].canary_generation + 1)
-            .map(|s| s.at)
+            .map(|s| s.after)
             .expect("the canary Deployment moved back");
         let last_canary_answer = from_canary(&records)
             .iter()
@@ -597,7 +607,7 @@ fn no_data_holds_and_an_abort_moves_the_canary_back_once_drained() {
         let moved = seen
             .iter()
             .find(|s| s.at > restored && s.canary_generation > seen[0].canary_generation + 1)
-            .map(|s| s.at)
+            .map(|s| s.after)
             .expect("the canary Deployment moved back");
         let canary_answers = from_canary(&records);
         let last_canary_answer = canary_answers
