@@ -114,11 +114,13 @@ impl CanaryApp {
         let mut service = documents("openmed-service.yaml");
         for doc in &mut service {
             if doc["kind"] == "HTTPRoute" {
-                let rule = &mut doc["spec"]["rules"][0];
-                rule["matches"] =
-                    json!([{"path": {"type": "PathPrefix", "value": format!("/{}", env.ns.name)}}]);
-                rule["filters"][0]["urlRewrite"]["path"] =
-                    json!({"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"});
+                for rule in doc["spec"]["rules"].as_array_mut().unwrap() {
+                    for m in rule["matches"].as_array_mut().unwrap() {
+                        m["path"] = json!({"type": "PathPrefix", "value": format!("/{}", env.ns.name)});
+                    }
+                    rule["filters"][0]["urlRewrite"]["path"] =
+                        json!({"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"});
+                }
             }
         }
         env.apply(&yaml_stream(&service)).await;
