@@ -116,7 +116,8 @@ impl CanaryApp {
             if doc["kind"] == "HTTPRoute" {
                 for rule in doc["spec"]["rules"].as_array_mut().unwrap() {
                     for m in rule["matches"].as_array_mut().unwrap() {
-                        m["path"] = json!({"type": "PathPrefix", "value": format!("/{}", env.ns.name)});
+                        m["path"] =
+                            json!({"type": "PathPrefix", "value": format!("/{}", env.ns.name)});
                     }
                     rule["filters"][0]["urlRewrite"]["path"] =
                         json!({"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"});
