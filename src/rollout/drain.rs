@@ -77,9 +77,14 @@ pub fn judge(
 ) -> Verdict {
     let waiting = match (pending_parents(route), drain) {
         (Some(why), _) => why,
-        (None, None) => {
+        (None, None) if reported(route) => {
             return Verdict::Drained(
                 "every Gateway accepted the route with the weights back".to_owned(),
+            );
+        }
+        (None, None) => {
+            return Verdict::Drained(
+                "the route shows the weights back (no Gateway reports on it)".to_owned(),
             );
         }
         (None, Some(_)) => match reading {
@@ -109,6 +114,14 @@ pub fn judge(
     } else {
         Verdict::Waiting(waiting)
     }
+}
+
+/// Whether any Gateway reports on the route in its status.
+fn reported(route: Option<&Value>) -> bool {
+    route
+        .and_then(|r| r.pointer("/status/parents"))
+        .and_then(Value::as_array)
+        .is_some_and(|parents| !parents.is_empty())
 }
 
 /// Why a Gateway may not have the route's current weights yet: one that
@@ -189,10 +202,10 @@ mod tests {
         ));
         // A route no Gateway reports on, or no route: nothing to wait for.
         let unreported = json!({"metadata": {"generation": 3}});
-        assert!(matches!(
+        assert_eq!(
             judge(Some(&unreported), None, None, &at(0), &at(0)),
-            Verdict::Drained(_)
-        ));
+            Verdict::Drained("the route shows the weights back (no Gateway reports on it)".into())
+        );
         assert!(matches!(
             judge(None, None, None, &at(0), &at(0)),
             Verdict::Drained(_)
