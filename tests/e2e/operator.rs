@@ -379,16 +379,29 @@ fn a_failed_rollback_is_terminal() {
                         .any(|c| c.type_ == "Ready" && c.reason == "RollbackFailed")
             })
             .await;
-        assert_eq!(s.rollback_count, Some(1));
+        assert_eq!(
+            s.rollback_count,
+            Some(1),
+            "one rollback; status {s:#?}; operator log {}",
+            env.operator.log.display()
+        );
         env.wait_event("svc", "RollbackFailed").await;
         let generation = env.deployment("svc").await["metadata"]["generation"].clone();
         tokio::time::sleep(Duration::from_secs(6)).await; // three resync periods, to prove there is no loop
+        let after = env.deployment("svc").await;
         assert_eq!(
-            env.deployment("svc").await["metadata"]["generation"],
+            after["metadata"]["generation"],
             generation,
-            "no further writes"
+            "no further writes; the Deployment's managed fields: {}; operator log {}",
+            after["metadata"]["managedFields"],
+            env.operator.log.display()
         );
-        assert_eq!(env.status("svc").await.rollback_count, Some(1));
+        let s = env.status("svc").await;
+        assert_eq!(
+            s.rollback_count,
+            Some(1),
+            "still one rollback; status {s:#?}"
+        );
         env.finish().await;
     });
 }
