@@ -58,7 +58,100 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "canary::the_cli_promotes_a_step_that_waits_and_aborts_the_next",
             the_cli_promotes_a_step_that_waits_and_aborts_the_next,
         ),
+        trial(
+            "canary::an_aborted_canarys_deployment_waits_for_the_gateway_to_take_the_weights",
+            an_aborted_canarys_deployment_waits_for_the_gateway_to_take_the_weights,
+        ),
     ]
+}
+
+/// Writes the route's status as a Gateway controller does: its Gateway
+/// accepted `generation` of the route.
+async fn gateway_reports(env: &Env, generation: i64) {
+    let status = json!({"status": {"parents": [{
+        "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"},
+        "controllerName": "example.com/test-gateway",
+        "conditions": [{
+            "type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+            "observedGeneration": generation, "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }],
+    }]}});
+    routes(env)
+        .patch_status(
+            "svc",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(status),
+        )
+        .await
+        .expect("the route's status is written");
+}
+
+/// The canary Deployment's generation, and whether the canary's status
+/// says it drained.
+async fn canary_moved(env: &Env) -> (i64, bool) {
+    let d = env.deployment("svc-canary").await;
+    let drained = env
+        .status("svc")
+        .await
+        .canary
+        .is_some_and(|c| c.drained_time.is_some());
+    (d["metadata"]["generation"].as_i64().unwrap(), drained)
+}
+
+fn an_aborted_canarys_deployment_waits_for_the_gateway_to_take_the_weights() {
+    block_on(async {
+        let (env, v1) = stage("canary-drain", "[{weight: 10, pause: 1h}]", "", &[]).await;
+        let (_, generation) = route_state(&env).await;
+        gateway_reports(&env, generation).await;
+        env.set_spec("svc", json!({"version": env.version("v2")}))
+            .await;
+        trace(&env, "the first step", |s| s.weights == (90, 10)).await;
+        let (_, stepped) = route_state(&env).await;
+        gateway_reports(&env, stepped).await;
+        let (warm, _) = canary_moved(&env).await;
+
+        env.models()
+            .patch(
+                "svc",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    json!({"metadata": {"annotations": {"openmed.ai/canary-abort": "drain"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+        trace(&env, "the weights to go back", |s| s.weights == (100, 0)).await;
+        // The Gateway still reports the step's generation: for three
+        // resync periods the canary Deployment keeps its version.
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(6) {
+            assert_eq!(
+                canary_moved(&env).await,
+                (warm, false),
+                "the canary Deployment moved before the Gateway took the weights"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let (_, back) = route_state(&env).await;
+        gateway_reports(&env, back).await;
+        let moved = wait_until(
+            "the canary Deployment to move back once the Gateway has the weights",
+            ROLLOUT,
+            || canary_moved(&env),
+            |(generation, drained)| *generation > warm && *drained,
+        )
+        .await;
+        assert_eq!(moved.0, warm + 1, "one write moves it back");
+        let s = env.status("svc").await;
+        assert_eq!(s.active_version.as_deref(), Some(v1.as_str()));
+        let events = env.events("svc").await;
+        assert!(
+            events.iter().any(|(r, m, _)| r == "CanaryDrained"
+                && m.ends_with("every Gateway accepted the route with the weights back")),
+            "{events:?}"
+        );
+        env.finish().await;
+    });
 }
 
 /// The folder `tests/canary/build` prints: `crds/` and `bin/prometheus`.
