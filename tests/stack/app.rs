@@ -141,17 +141,7 @@ impl App {
         env.apply(&example(&env.ns.name)).await;
         env.apply(model).await;
         env.wait_ready(NAME, V1).await;
-        let url = format!("{}/{}", gateway_url(), env.ns.name);
-        let ready = format!("{url}/readyz");
-        wait_for(
-            "the Gateway to route to the service",
-            Duration::from_secs(60),
-            || async {
-                let ok = reqwest::get(&ready).await.ok()?.status().is_success();
-                ok.then_some(())
-            },
-        )
-        .await;
+        let url = routed(&env).await;
         App { env, url }
     }
 
@@ -191,6 +181,23 @@ impl App {
             .unwrap()
             .items
     }
+}
+
+/// The Gateway URL of the namespace's route, once the Gateway routes it
+/// to a ready pod.
+pub async fn routed(env: &Env) -> String {
+    let url = format!("{}/{}", gateway_url(), env.ns.name);
+    let ready = format!("{url}/readyz");
+    wait_for(
+        "the Gateway to route to the service",
+        Duration::from_secs(60),
+        || async {
+            let ok = reqwest::get(&ready).await.ok()?.status().is_success();
+            ok.then_some(())
+        },
+    )
+    .await;
+    url
 }
 
 /// Waits, up to `deadline`, until the model has rolled back

@@ -152,17 +152,7 @@ impl CanaryApp {
             },
         )
         .await;
-        let url = format!("{}/{}", gateway_url(), env.ns.name);
-        let ready = format!("{url}/readyz");
-        wait_for(
-            "the Gateway to route to the service",
-            Duration::from_secs(60),
-            || async {
-                let ok = reqwest::get(&ready).await.ok()?.status().is_success();
-                ok.then_some(())
-            },
-        )
-        .await;
+        let url = routed(&env).await;
         CanaryApp {
             app: App { env, url },
         }
