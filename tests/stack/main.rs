@@ -18,7 +18,6 @@ mod support;
 mod env;
 
 mod app;
-mod canary;
 mod crash;
 mod quality;
 mod recreate;
@@ -34,7 +33,6 @@ fn main() {
     trials.extend(crash::trials());
     trials.extend(recreate::trials());
     trials.extend(quality::trials());
-    trials.extend(canary::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && app::start_stack();
     let conclusion = libtest_mimic::run(&args, trials);
