@@ -299,6 +299,22 @@ fn first_in(seen: &[Seen], state: CanaryState) -> Option<f64> {
 /// sent in this time after a change are not counted for either side.
 const PROPAGATION_MS: f64 = 2000.0;
 
+/// The earliest the canary Deployment can have moved back after the
+/// weights were seen back at `restored`: its second write (the first was
+/// the warm-up).
+fn moved_back(seen: &[Seen], restored: f64) -> f64 {
+    seen.iter()
+        .find(|s| s.at > restored && s.canary_generation > seen[0].canary_generation + 1)
+        .map(|s| s.after)
+        .expect("the canary Deployment moved back")
+}
+
+/// From the weights back to the drain, as the status records them.
+fn drain_seconds(c: &openmed_op::api::CanaryStatus) -> i64 {
+    c.drained_time.as_ref().unwrap().0.as_second()
+        - c.weights_back_time.as_ref().unwrap().0.as_second()
+}
+
 /// The records of requests answered by a canary pod.
 fn from_canary(records: &[Record]) -> Vec<&Record> {
     records
@@ -492,11 +508,7 @@ fn a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics() {
             .fold(f64::NEG_INFINITY, f64::max);
         // Traffic-verified: the canary Deployment changed only after the
         // last answer from its pods.
-        let moved = seen
-            .iter()
-            .find(|s| s.at > restored && s.canary_generation > seen[0].canary_generation + 1)
-            .map(|s| s.after)
-            .expect("the canary Deployment moved back");
+        let moved = moved_back(&seen, restored);
         let last_canary_answer = from_canary(&records)
             .iter()
             .map(|r| r.unix_ms as f64 + r.latency_ms)
@@ -507,8 +519,7 @@ fn a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics() {
             last_canary_answer - moved
         );
         let c = status.canary.as_ref().unwrap();
-        let drain_s = c.drained_time.as_ref().unwrap().0.as_second()
-            - c.weights_back_time.as_ref().unwrap().0.as_second();
+        let drain_s = drain_seconds(c);
         let metric = c
             .analysis
             .iter()
@@ -605,11 +616,7 @@ fn no_data_holds_and_an_abort_moves_the_canary_back_once_drained() {
 
         assert_all_served(&records);
         let (_, restored) = span(&seen, (50, 50)).expect("the second step's weights");
-        let moved = seen
-            .iter()
-            .find(|s| s.at > restored && s.canary_generation > seen[0].canary_generation + 1)
-            .map(|s| s.after)
-            .expect("the canary Deployment moved back");
+        let moved = moved_back(&seen, restored);
         let canary_answers = from_canary(&records);
         let last_canary_answer = canary_answers
             .iter()
@@ -622,8 +629,7 @@ fn no_data_holds_and_an_abort_moves_the_canary_back_once_drained() {
             last_canary_answer - moved
         );
         let c = status.canary.as_ref().unwrap();
-        let drain_s = c.drained_time.as_ref().unwrap().0.as_second()
-            - c.weights_back_time.as_ref().unwrap().0.as_second();
+        let drain_s = drain_seconds(c);
         let events = app.env().events(NAME).await;
         let drained = events
             .iter()
