@@ -529,6 +529,44 @@ fn canary_steps_must_increase_strictly_within_1_to_99() {
 }
 
 #[test]
+fn mirror_steps_come_first_and_a_step_is_either_a_weight_or_a_mirror() {
+    let steps = json!([{"mirror": 10, "pause": "1m"}, {"mirror": 100, "pause": "1m"},
+                       {"weight": 10, "pause": "1m"}, {"weight": 50}]);
+    for steps in [steps, json!([{"mirror": 100}])] {
+        let accepted = validate(&model(with_canary("steps", steps)), None);
+        assert!(accepted.is_ok(), "{accepted:?}");
+    }
+    rejects(
+        with_canary("steps", json!([{"weight": 10}, {"mirror": 50}])),
+        "spec.canary.steps",
+        &["mirror steps come first"],
+    );
+    rejects(
+        with_canary("steps", json!([{"mirror": 50, "weight": 10}])),
+        "spec.canary.steps[0]",
+        &["either weight or mirror"],
+    );
+    rejects(
+        with_canary("steps", json!([{"pause": "1m"}])),
+        "spec.canary.steps[0]",
+        &["either weight or mirror"],
+    );
+    rejects(
+        with_canary("steps", json!([{"mirror": 0}])),
+        "spec.canary.steps[0].mirror",
+        &["from 1 to 100"],
+    );
+    rejects(
+        with_canary(
+            "steps",
+            json!([{"mirror": 10}, {"weight": 20}, {"weight": 20}]),
+        ),
+        "spec.canary.steps",
+        &["strictly increasing"],
+    );
+}
+
+#[test]
 fn canary_durations_and_addresses_are_checked() {
     rejects(
         with_canary("steps", json!([{"weight": 10, "pause": "5 minutes"}])),

@@ -134,20 +134,65 @@ pub struct TrafficRef {
     pub canary_backend: String,
 }
 
-/// One step: a traffic share, held for a while or until a promote.
+/// One step: a traffic share, or a mirrored copy of the traffic, held for
+/// a while or until a promote.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.weight) != has(self.mirror)",
+    "message": "a step sets either weight or mirror",
+}]))]
 pub struct CanaryStep {
     /// The canary's share of the traffic in percent (1 to 99); the stable
     /// backend gets the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 99))]
-    pub weight: i32,
+    pub weight: Option<i32>,
+
+    /// A shadow step: a copy of this percent of the rule's requests (1 to
+    /// 100) also goes to the canary backend, whose answers the data plane
+    /// discards; every client is still answered by the stable backend. A
+    /// Gateway API `RequestMirror` filter with `percent`, added to the rule
+    /// for the step and removed at every ending of the canary. Mirror
+    /// steps come before the weight steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub mirror: Option<i32>,
 
     /// How long to hold the step, as `30s`, `5m`, `1h30m`. Without it the
     /// step waits for a promote (`openmed.ai/canary-promote`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = rules::DURATION_PATTERN))]
     pub pause: Option<String>,
+}
+
+/// What a step does to the traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// The canary serves this percent of the requests.
+    Weight(i32),
+    /// The canary gets a copy of this percent of the requests; it serves
+    /// none.
+    Mirror(i32),
+}
+
+impl CanaryStep {
+    /// What the step does (a step with neither field, which validation
+    /// refuses, moves nothing: weight 0).
+    pub fn kind(&self) -> StepKind {
+        match (self.mirror, self.weight) {
+            (Some(percent), _) => StepKind::Mirror(percent),
+            (None, weight) => StepKind::Weight(weight.unwrap_or(0)),
+        }
+    }
+
+    /// The canary's share of the requests it serves: 0 in a mirror step.
+    pub fn weight(&self) -> i32 {
+        match self.kind() {
+            StepKind::Weight(w) => w,
+            StepKind::Mirror(_) => 0,
+        }
+    }
 }
 
 /// The measurements that judge a canary.
@@ -316,6 +361,12 @@ pub struct CanaryStatus {
     /// `stepStartTime` is set), back to the restore weight's once they are
     /// back.
     pub weight: i32,
+
+    /// The percent of the requests mirrored to the canary backend: the
+    /// current mirror step's from the moment its filter is written, absent
+    /// once the filter is removed again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<i32>,
 
     /// The two backend weights before the canary, restored at its end.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -12,7 +12,8 @@ mod validate;
 
 pub use canary::{
     Analysis, AnalysisResult, BackendWeights, Canary, CanaryState, CanaryStatus, CanaryStep,
-    CanaryTargetRef, Drain, Metric, Outcome, PrometheusQuery, ThresholdRange, TrafficRef, Webhook,
+    CanaryTargetRef, Drain, Metric, Outcome, PrometheusQuery, StepKind, ThresholdRange, TrafficRef,
+    Webhook,
 };
 pub use crd::{crd, crd_yaml, openapi_schema};
 pub use quality::QualityGate;

@@ -50,12 +50,13 @@ pub const WEBHOOK_TIMEOUT_MESSAGE: &str = "timeout must be at most 30s";
 /// An `http://` or `https://` URL with a host.
 pub const HTTP_URL_PATTERN: &str = r"^https?://[^\s/?#]+([/?#]\S*)?$";
 
-/// The CEL rule (and its message) that keeps canary steps strictly
-/// increasing: sorted, and no weight twice.
-pub const STEPS_INCREASING_RULE: &str =
-    "self.map(s, s.weight).isSorted() && self.all(a, self.exists_one(b, b.weight == a.weight))";
+/// The CEL rule (and its message) that orders canary steps: mirror steps
+/// first (read as weight 0), then weights strictly increasing (sorted, and
+/// no weight twice).
+pub const STEPS_INCREASING_RULE: &str = "self.map(s, has(s.mirror) || !has(s.weight) ? 0 : s.weight).isSorted() && self.filter(s, has(s.weight)).all(a, self.filter(b, has(b.weight) && b.weight == a.weight).size() == 1)";
 /// Message of [`STEPS_INCREASING_RULE`].
-pub const STEPS_INCREASING_MESSAGE: &str = "step weights must be strictly increasing";
+pub const STEPS_INCREASING_MESSAGE: &str =
+    "mirror steps come first, then step weights strictly increasing";
 
 /// Reads a [`DURATION_PATTERN`] duration; `None` when it does not match.
 pub fn parse_duration(text: &str) -> Option<std::time::Duration> {

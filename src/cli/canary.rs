@@ -174,12 +174,12 @@ async fn gate(api: &Api<OpenMedModel>, args: &CanaryArgs) -> Result<String, Fail
             && acknowledged(c)
         {
             return Ok(format!(
-                "{}: canary of {} {} (step {}, {}%): {}",
+                "{}: canary of {} {} (step {}, {}): {}",
                 model.name_any(),
                 c.version,
                 c.state.as_str(),
                 c.step,
-                c.weight,
+                super::status::traffic_share(c),
                 c.message
             ));
         }

@@ -192,11 +192,11 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
     if let Some(c) = &status.canary {
         let _ = writeln!(
             out,
-            "Canary: {} {} at step {}, weight {}%: {}",
+            "Canary: {} {} at step {}, {}: {}",
             c.version,
             c.state.as_str(),
             c.step,
-            c.weight,
+            traffic_share(c),
             c.message
         );
         if let (Some(back), Some(drained)) = (&c.weights_back_time, &c.drained_time) {
@@ -219,7 +219,10 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
                 .enumerate()
                 .map(|(i, s)| {
                     let mark = if i as i32 + 1 == c.step { "*" } else { "" };
-                    format!("{mark}{}%", s.weight)
+                    match s.kind() {
+                        crate::api::StepKind::Weight(w) => format!("{mark}{w}%"),
+                        crate::api::StepKind::Mirror(p) => format!("{mark}mirror {p}%"),
+                    }
                 })
                 .collect();
             let _ = writeln!(out, "  steps: {} (* current)", steps.join(" → "));
@@ -685,6 +688,15 @@ pub fn list(args: &ListArgs) -> u8 {
             }
         }
     })
+}
+
+/// The canary's traffic now: its weight, or the share of requests copied
+/// to it in a mirror step.
+pub(super) fn traffic_share(c: &crate::api::CanaryStatus) -> String {
+    match c.mirror {
+        Some(percent) => format!("a copy of {percent}% of the requests (serving none)"),
+        None => format!("weight {}%", c.weight),
+    }
 }
 
 #[cfg(test)]

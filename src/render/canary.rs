@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::api::rules::parse_duration;
-use crate::api::{BackendWeights, Canary};
+use crate::api::{Canary, StepKind};
 use crate::manifests::Model;
 use crate::rollout::route;
 use crate::source::Document;
@@ -28,8 +28,9 @@ pub struct CanaryReport {
     pub http_route: String,
     /// The steps, in order.
     pub steps: Vec<StepReport>,
-    /// The patch that puts Git's weights back after the last step (or an
-    /// abort from it); absent when the route is not in the input.
+    /// The patch that puts Git's weights back and removes the mirror after
+    /// the last step (or an abort from it); absent when the route is not in
+    /// the input.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restore: Option<Value>,
     /// How long the canary can take when every check answers, in seconds;
@@ -44,8 +45,11 @@ pub struct CanaryReport {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepReport {
-    /// The canary's share of the traffic, in percent.
+    /// The canary's share of the traffic, in percent (0 in a mirror step).
     pub weight: i32,
+    /// In a mirror step, the percent of requests copied to the canary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<i32>,
     /// How long it holds, or `until promoted`.
     pub pause: String,
     /// The JSON Patch that moves the route to this step; absent when the
@@ -59,19 +63,37 @@ pub fn report(model: &Model, docs: &[Document]) -> Option<CanaryReport> {
     let canary = model.canary.as_ref()?;
     let spec = &canary.spec;
     let traffic = &spec.traffic_ref;
-    let slots = canary
-        .route_doc
-        .and_then(|r| route::locate(&docs[r].value, traffic, &model.id.namespace).ok());
+    let git = canary.route_doc.map(|r| &docs[r].value);
+    let slots = git.and_then(|r| route::locate(r, traffic, &model.id.namespace).ok());
+    let restore = slots.as_ref().map_or(route::step_weights(0), |s| s.weights);
+    let at_rest = route::Shape {
+        weights: restore,
+        mirror: None,
+    };
     let mut steps = Vec::new();
-    let mut from = slots.clone();
+    // The route as each patch leaves it: the next patch is computed from it,
+    // as the operator computes it from the route it reads.
+    let mut current = git.cloned().zip(slots.clone());
     for step in &spec.steps {
-        let next = route::step_weights(step.weight);
-        let patch = from.as_ref().map(|f| route::weight_patch(f, traffic, next));
-        if let Some(f) = from.as_mut() {
-            moved(f, next);
-        }
+        let next = match step.kind() {
+            StepKind::Weight(w) => route::Shape {
+                weights: route::step_weights(w),
+                mirror: None,
+            },
+            StepKind::Mirror(p) => route::Shape {
+                weights: restore,
+                mirror: Some(p),
+            },
+        };
+        let patch = current
+            .as_ref()
+            .map(|(_, from)| route::shape_patch(from, traffic, next));
+        current = current
+            .zip(patch.clone())
+            .and_then(|((r, _), p)| patched(r, &p, traffic, &model.id.namespace));
         steps.push(StepReport {
-            weight: step.weight,
+            weight: step.weight(),
+            mirror: step.mirror,
             pause: step
                 .pause
                 .clone()
@@ -79,10 +101,7 @@ pub fn report(model: &Model, docs: &[Document]) -> Option<CanaryReport> {
             patch,
         });
     }
-    let restore = match (&slots, &from) {
-        (Some(git), Some(last)) => Some(route::weight_patch(last, traffic, git.weights)),
-        _ => None,
-    };
+    let restore = current.map(|(_, last)| route::shape_patch(&last, traffic, at_rest));
     let deadline = u64::try_from(
         model
             .plan
@@ -107,10 +126,17 @@ pub fn report(model: &Model, docs: &[Document]) -> Option<CanaryReport> {
     })
 }
 
-/// The route after a step's patch: its weights, now written.
-fn moved(slots: &mut route::Slots, to: BackendWeights) {
-    slots.weights = to;
-    slots.explicit = (true, true);
+/// The route after a step's patch, and its rule found again.
+fn patched(
+    mut route: Value,
+    patch: &Value,
+    traffic: &crate::api::TrafficRef,
+    namespace: &str,
+) -> Option<(Value, route::Slots)> {
+    let patch: json_patch::Patch = serde_json::from_value(patch.clone()).ok()?;
+    json_patch::patch(&mut route, &patch).ok()?;
+    let slots = route::locate(&route, traffic, namespace).ok()?;
+    Some((route, slots))
 }
 
 /// Warm-up (at most the progress deadline), every step's pause and one

@@ -111,12 +111,16 @@ pub struct Subject<'a> {
     pub step: i32,
     /// The canary's share of the traffic.
     pub weight: i32,
+    /// In a mirror step, the percent of requests copied to the canary.
+    pub mirror: Option<i32>,
 }
 
-/// Fills `{{canary}}`, `{{stable}}`, `{{namespace}}` and `{{version}}`.
+/// Fills `{{canary}}`, `{{stable}}`, `{{route}}`, `{{namespace}}` and
+/// `{{version}}`.
 pub fn fill(query: &str, subject: &Subject) -> String {
     query
         .replace("{{canary}}", &subject.traffic.canary_backend)
+        .replace("{{route}}", &subject.traffic.http_route)
         .replace("{{stable}}", &subject.traffic.stable_backend)
         .replace("{{namespace}}", subject.namespace)
         .replace("{{version}}", subject.version)
@@ -179,6 +183,7 @@ pub fn checks(analysis: &Analysis, subject: &Subject, allow: &AllowList) -> Vec<
         "stableVersion": subject.stable_version,
         "step": subject.step,
         "weight": subject.weight,
+        "mirror": subject.mirror,
         "httpRoute": subject.traffic.http_route,
         "stableBackend": subject.traffic.stable_backend,
         "canaryBackend": subject.traffic.canary_backend,
@@ -358,6 +363,7 @@ mod tests {
             stable_version: "OpenMed/pii-v1",
             step: 1,
             weight: 10,
+            mirror: None,
         };
         assert_eq!(
             fill(

@@ -46,7 +46,7 @@ use crate::api::names::{
 };
 use crate::api::{
     AnalysisResult, BackendWeights, Canary, CanaryState, CanaryStatus, OpenMedModelSpec, Outcome,
-    Phase,
+    Phase, StepKind,
 };
 use crate::plan;
 
@@ -403,42 +403,61 @@ impl Step<'_> {
         let Some(step) = canary.steps.get(index).cloned() else {
             return self.promote(c);
         };
-        let target = route::step_weights(step.weight);
+        if c.restore_weights.is_none() && slots.mirror.is_some() {
+            // Nothing of this canary was written yet: the filter is Git's,
+            // and the canary could neither tell its own from it nor remove
+            // it at the end.
+            return self.canary_waits(
+                c,
+                reason::ROUTE_INVALID,
+                format!(
+                    "rule {} of HTTPRoute {} already mirrors requests to {}; remove that filter, the canary adds its own in a mirror step",
+                    slots.rule_name.clone().unwrap_or_else(|| slots.rule.to_string()),
+                    traffic.http_route,
+                    traffic.canary_backend
+                ),
+            );
+        }
+        let restore = *c.restore_weights.get_or_insert(slots.weights);
+        let target = step_shape(&step, restore);
+        let seen = slots.shape();
         if c.step_start_time.is_none() {
-            let restore = *c.restore_weights.get_or_insert(slots.weights);
-            let before = if index == 0 {
-                restore
-            } else {
-                route::step_weights(canary.steps[index - 1].weight)
+            let before = match index {
+                0 => at_rest(restore),
+                _ => step_shape(&canary.steps[index - 1], restore),
             };
-            if slots.weights == target {
-                c.weight = step.weight;
+            if seen == target {
+                record_step(c, &step);
                 c.step_start_time = Some(self.obs.now.clone());
                 self.holding(c, canary);
                 self.look_again(Duration::from_secs(1));
-            } else if slots.weights == before {
+            } else if seen == before {
                 // Recorded before the write: should the canary end before
                 // a decision sees the route move (a crash, an abort, an
-                // edit), the weights still go back.
-                c.weight = step.weight;
+                // edit), the weights and the mirror still go back.
+                record_step(c, &step);
                 self.writes.push(Write::PatchRoute {
                     name: traffic.http_route.clone(),
-                    patch: route::weight_patch(&slots, traffic, target),
+                    patch: route::shape_patch(&slots, traffic, target),
                 });
+                let what = match step.kind() {
+                    StepKind::Mirror(p) => format!(
+                        "a copy of {p}% of the requests to {} ({}); {} answers every client",
+                        traffic.canary_backend, c.version, traffic.stable_backend
+                    ),
+                    StepKind::Weight(w) => format!(
+                        "{} at {w}% ({} {}, {} {})",
+                        c.version,
+                        traffic.stable_backend,
+                        target.weights.stable,
+                        traffic.canary_backend,
+                        target.weights.canary
+                    ),
+                };
                 self.event(
                     EventType::Normal,
                     reason::CANARY_WEIGHT_CHANGED,
-                    format!(
-                        "step {} of {}: {} at {}% ({} {}, {} {})",
-                        c.step,
-                        canary.steps.len(),
-                        c.version,
-                        step.weight,
-                        traffic.stable_backend,
-                        target.stable,
-                        traffic.canary_backend,
-                        target.canary
-                    ),
+                    format!("step {} of {}: {what}", c.step, canary.steps.len()),
                 );
                 self.status.canary = Some(c.clone());
             } else {
@@ -446,7 +465,7 @@ impl Step<'_> {
             }
             return;
         }
-        if slots.weights != target {
+        if seen != target {
             return self.route_drift(c, &slots, traffic, target);
         }
         if self
@@ -541,13 +560,21 @@ impl Step<'_> {
     /// A step holds its weight: its pause runs, or its analysis measures.
     fn holding(&mut self, c: &mut CanaryStatus, canary: &Canary) {
         c.state = CanaryState::Progressing;
-        c.message = format!(
-            "step {} of {}: {} at {}%",
-            c.step,
-            canary.steps.len(),
-            c.version,
-            c.weight
-        );
+        c.message = match c.mirror {
+            Some(p) => format!(
+                "step {} of {}: {} gets a copy of {p}% of the requests and serves none",
+                c.step,
+                canary.steps.len(),
+                c.version
+            ),
+            None => format!(
+                "step {} of {}: {} at {}%",
+                c.step,
+                canary.steps.len(),
+                c.version,
+                c.weight
+            ),
+        };
         let message = c.message.clone();
         self.status.canary = Some(c.clone());
         self.canary_conditions(reason::CANARY_PROGRESSING, false, &message);
@@ -705,27 +732,47 @@ impl Step<'_> {
         self.canary_conditions(why, true, &message);
     }
 
-    /// Another writer changed the weights: say so, write nothing.
+    /// Another writer changed the weights or the mirror: say so, write
+    /// nothing.
     fn route_drift(
         &mut self,
         c: &mut CanaryStatus,
         slots: &Slots,
         traffic: &crate::api::TrafficRef,
-        expected: BackendWeights,
+        expected: route::Shape,
     ) {
-        let message = format!(
-            "HTTPRoute {} weights were changed by another writer ({} {}, {} {}; expected {} and {}); the canary waits until they are {} and {} again or it is aborted. A GitOps tool must ignore /spec/rules/{}/backendRefs/*/weight (docs/canary.md)",
-            traffic.http_route,
-            traffic.stable_backend,
-            slots.weights.stable,
-            traffic.canary_backend,
-            slots.weights.canary,
-            expected.stable,
-            expected.canary,
-            expected.stable,
-            expected.canary,
-            slots.rule
-        );
+        let seen = slots.shape();
+        let (weights, want) = (seen.weights, expected.weights);
+        let message = if seen.mirror != expected.mirror {
+            let mirror = |m: Option<i32>| {
+                m.map_or("no mirror filter".to_owned(), |p| {
+                    format!("a RequestMirror filter of {p}%")
+                })
+            };
+            format!(
+                "HTTPRoute {} rule {} was changed by another writer: it shows {} to {} where the canary expects {}; the canary waits until it is as expected again or it is aborted. A GitOps tool must ignore /spec/rules/{}/filters while a canary mirrors (docs/canary.md)",
+                traffic.http_route,
+                slots.rule,
+                mirror(seen.mirror),
+                traffic.canary_backend,
+                mirror(expected.mirror),
+                slots.rule
+            )
+        } else {
+            format!(
+                "HTTPRoute {} weights were changed by another writer ({} {}, {} {}; expected {} and {}); the canary waits until they are {} and {} again or it is aborted. A GitOps tool must ignore /spec/rules/{}/backendRefs/*/weight (docs/canary.md)",
+                traffic.http_route,
+                traffic.stable_backend,
+                weights.stable,
+                traffic.canary_backend,
+                weights.canary,
+                want.stable,
+                want.canary,
+                want.stable,
+                want.canary,
+                slots.rule
+            )
+        };
         self.canary_waits(c, reason::ROUTE_DRIFT, message);
     }
 
@@ -877,7 +924,7 @@ impl Step<'_> {
         let (Some(restore), Some(traffic)) = (c.restore_weights, c.traffic_ref.clone()) else {
             return true;
         };
-        if c.weight == restore.canary {
+        if c.weight == restore.canary && c.mirror.is_none() {
             // Back already: a later change of the route is Git's.
             return true;
         }
@@ -900,29 +947,27 @@ impl Step<'_> {
             .and_then(|r| route::locate(r, &traffic, &namespace).ok());
         let Some(slots) = slots else {
             // No route, or not this shape any more: nothing of ours is left.
-            c.weight = restore.canary;
-            c.weights_back_time = Some(self.obs.now.clone());
+            back(&mut c, restore, &self.obs.now);
             self.status.canary = Some(c);
             return true;
         };
-        let ours = route::step_weights(c.weight);
-        if slots.weights == restore {
-            c.weight = restore.canary;
-            c.weights_back_time = Some(self.obs.now.clone());
+        let ours = recorded_shape(&c, restore);
+        let seen = slots.shape();
+        if seen == at_rest(restore) {
+            back(&mut c, restore, &self.obs.now);
             self.status.canary = Some(c);
             true
-        } else if slots.weights == ours || c.step_start_time.is_none() {
+        } else if seen == ours || c.step_start_time.is_none() {
             // With no step start recorded, a write of the step may or may
             // not have landed; the weights shown are ours either way.
             self.writes.push(Write::PatchRoute {
                 name: traffic.http_route.clone(),
-                patch: route::weight_patch(&slots, &traffic, restore),
+                patch: route::shape_patch(&slots, &traffic, at_rest(restore)),
             });
             false
         } else {
             // Another writer set other weights: theirs stand.
-            c.weight = restore.canary;
-            c.weights_back_time = Some(self.obs.now.clone());
+            back(&mut c, restore, &self.obs.now);
             self.status.canary = Some(c);
             true
         }
@@ -1056,6 +1101,7 @@ pub fn analysis_checks(resource: &ResourceView, settings: &Settings, now: &Time)
         stable_version: &stable,
         step: c.step,
         weight: c.weight,
+        mirror: c.mirror,
     };
     let mut checks = analysis::checks(analysis, &subject, &settings.analysis_allow);
     if let Some(gate) = &analysis.probes
@@ -1102,6 +1148,7 @@ fn drain_check(
         stable_version: &stable,
         step: c.step,
         weight: c.weight,
+        mirror: c.mirror,
     };
     drain::check(spec_drain, &subject, &settings.analysis_allow)
         .into_iter()
@@ -1161,9 +1208,71 @@ fn draining(c: &CanaryStatus) -> bool {
     c.state.is_over() && c.weights_back_time.is_some() && c.drained_time.is_none()
 }
 
-/// A canary runs, or weights it wrote may still be on its route.
+/// A canary runs, or weights or a mirror it wrote may still be on its
+/// route.
 fn route_moved(c: &CanaryStatus) -> bool {
-    !c.state.is_over() || c.restore_weights.is_some_and(|r| c.weight != r.canary)
+    !c.state.is_over()
+        || c.mirror.is_some()
+        || c.restore_weights.is_some_and(|r| c.weight != r.canary)
+}
+
+/// The route's shape during `step`, from Git's weights `restore`: a
+/// weight step moves the weights, a mirror step keeps Git's weights and
+/// adds the mirror.
+fn step_shape(step: &crate::api::CanaryStep, restore: BackendWeights) -> route::Shape {
+    match step.kind() {
+        StepKind::Weight(w) => route::Shape {
+            weights: route::step_weights(w),
+            mirror: None,
+        },
+        StepKind::Mirror(p) => route::Shape {
+            weights: restore,
+            mirror: Some(p),
+        },
+    }
+}
+
+/// The route as Git has it: its weights, no mirror to the canary.
+fn at_rest(restore: BackendWeights) -> route::Shape {
+    route::Shape {
+        weights: restore,
+        mirror: None,
+    }
+}
+
+/// Records the step's weight and mirror before they are written.
+fn record_step(c: &mut CanaryStatus, step: &crate::api::CanaryStep) {
+    match step.kind() {
+        StepKind::Weight(w) => {
+            c.weight = w;
+            c.mirror = None;
+        }
+        StepKind::Mirror(p) => {
+            c.weight = c.restore_weights.map_or(0, |r| r.canary);
+            c.mirror = Some(p);
+        }
+    }
+}
+
+/// The shape the status says the canary last wrote.
+fn recorded_shape(c: &CanaryStatus, restore: BackendWeights) -> route::Shape {
+    match c.mirror {
+        Some(p) => route::Shape {
+            weights: restore,
+            mirror: Some(p),
+        },
+        None => route::Shape {
+            weights: route::step_weights(c.weight),
+            mirror: None,
+        },
+    }
+}
+
+/// The route is as Git has it again, from `now`.
+fn back(c: &mut CanaryStatus, restore: BackendWeights, now: &Time) {
+    c.weight = restore.canary;
+    c.mirror = None;
+    c.weights_back_time = Some(now.clone());
 }
 
 /// Why a running canary cannot go on where it is: `spec.canary` now names

@@ -283,6 +283,7 @@ mod tests {
             stable_version: "v1",
             step: 0,
             weight: 0,
+            mirror: None,
         };
         let none = AllowList::default();
         assert!(check(&drain(), &subject, &none).is_err());

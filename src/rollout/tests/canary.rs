@@ -1080,6 +1080,7 @@ fn a_webhook_timeout_is_never_longer_than_the_cap() {
         stable_version: "v1",
         step: 1,
         weight: 10,
+        mirror: None,
     };
     let checks = analysis::checks(
         canary.analysis.as_ref().unwrap(),
@@ -1277,4 +1278,218 @@ fn a_drain_that_never_reads_zero_ends_at_its_timeout_with_a_warning() {
         timed_out.message,
         "Deployment svc-canary moves back although the data plane still sends it 1.00 requests/s after 60s"
     );
+}
+
+impl World {
+    /// The main rule's filters, as the route shows them.
+    fn filters(&self) -> Value {
+        self.route.as_ref().unwrap()["spec"]["rules"][1]
+            .get("filters")
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// The filter a mirror step of `percent` adds to the main rule.
+fn mirror_filter(percent: i32) -> Value {
+    json!([{"type": "RequestMirror", "requestMirror": {
+        "backendRef": {"name": "svc-canary", "port": 8080}, "percent": percent}}])
+}
+
+#[test]
+fn a_mirror_step_copies_requests_before_any_is_served_and_its_filter_goes_with_the_next_step() {
+    let mut w = World::canary_ready(
+        json!([{"mirror": 50, "pause": "30s"}, {"weight": 10, "pause": "30s"}]),
+        None,
+    );
+    let git = w.route.clone().unwrap();
+    w.set_version("v2");
+    w.reconcile();
+    assert_eq!(
+        w.filters(),
+        Value::Null,
+        "nothing is mirrored while it warms"
+    );
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.filters(), mirror_filter(50));
+    assert_eq!(
+        w.weights(),
+        (100, 0),
+        "the stable backend answers every client"
+    );
+    let c = w.canary_status();
+    assert_eq!((c.step, c.weight, c.mirror), (1, 0, Some(50)));
+    assert_eq!(c.state, CanaryState::Progressing);
+    assert!(
+        c.message
+            .contains("copy of 50% of the requests and serves none"),
+        "{}",
+        c.message
+    );
+    let changed = w
+        .events
+        .iter()
+        .find(|e| e.reason == reason::CANARY_WEIGHT_CHANGED)
+        .unwrap();
+    assert!(
+        changed
+            .message
+            .contains("a copy of 50% of the requests to svc-canary"),
+        "{}",
+        changed.message
+    );
+
+    w.now += 20;
+    w.reconcile();
+    assert_eq!(w.filters(), mirror_filter(50), "the pause holds");
+    w.now += 11;
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+    assert_eq!(
+        w.filters(),
+        Value::Null,
+        "the filter goes in the same write"
+    );
+    assert_eq!(w.route_writes(), 1);
+    assert_eq!(w.canary_status().mirror, None);
+
+    w.now += 31;
+    w.reconcile();
+    w.reconcile();
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Promoted);
+    assert_eq!(
+        w.route.clone().unwrap()["spec"],
+        git["spec"],
+        "the route is Git's again"
+    );
+}
+
+#[test]
+fn an_abort_in_a_mirror_step_removes_the_filter_before_the_canary_deployment_moves_back() {
+    let mut w = World::canary_ready(json!([{"mirror": 100, "pause": "1m"}]), None);
+    let git = w.route.clone().unwrap();
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.filters(), mirror_filter(100));
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "now".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.route.clone().unwrap()["spec"], git["spec"]);
+    let c = w.canary_status();
+    assert_eq!(c.mirror, None);
+    assert!(
+        c.weights_back_time.is_some(),
+        "the drain counts from the filter's removal"
+    );
+    assert_eq!(w.canary_version().as_deref(), Some("v1"));
+}
+
+#[test]
+fn a_crash_between_recording_a_mirror_and_writing_it_still_removes_it() {
+    let mut w = World::canary_ready(json!([{"mirror": 30, "pause": "1m"}]), None);
+    let git = w.route.clone().unwrap();
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.now += 5;
+    // The decision records the step and asks for the patch; the patch is
+    // lost, and the canary is aborted before the next decision.
+    let d = w.decide();
+    assert!(
+        d.writes
+            .iter()
+            .any(|x| matches!(x, Write::PatchRoute { .. }))
+    );
+    w.resource.status = d.status.clone();
+    assert_eq!(w.canary_status().mirror, Some(30));
+    // The filter landed after all (the write raced the crash).
+    let slots = route::locate(
+        w.route.as_ref().unwrap(),
+        &serde_json::from_value(json!({"httpRoute": "svc", "ruleName": "main",
+            "stableBackend": "svc", "canaryBackend": "svc-canary"}))
+        .unwrap(),
+        "ns",
+    )
+    .unwrap();
+    let patch = route::shape_patch(
+        &slots,
+        &serde_json::from_value(json!({"httpRoute": "svc", "ruleName": "main",
+            "stableBackend": "svc", "canaryBackend": "svc-canary"}))
+        .unwrap(),
+        route::Shape {
+            weights: route::step_weights(0),
+            mirror: Some(30),
+        },
+    );
+    let patch: json_patch::Patch = serde_json::from_value(patch).unwrap();
+    json_patch::patch(w.route.as_mut().unwrap(), &patch).unwrap();
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "now".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.route.clone().unwrap()["spec"], git["spec"]);
+}
+
+#[test]
+fn a_mirror_already_in_git_holds_the_canary_and_nothing_is_written() {
+    let mut w = World::canary_ready(json!([{"mirror": 50, "pause": "30s"}]), None);
+    w.route.as_mut().unwrap()["spec"]["rules"][1]["filters"] = mirror_filter(10);
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.route_writes(), 0);
+    let c = w.canary_status();
+    assert_eq!(c.state, CanaryState::Paused);
+    assert!(
+        c.message.contains("already mirrors requests to svc-canary"),
+        "{}",
+        c.message
+    );
+    assert_eq!(w.condition(STALLED).0, "True");
+}
+
+#[test]
+fn a_mirror_removed_by_another_writer_is_drift_not_rewritten() {
+    let mut w = World::canary_ready(json!([{"mirror": 50, "pause": "1m"}]), None);
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.filters(), mirror_filter(50));
+    // A GitOps tool puts Git's rule back.
+    w.route.as_mut().unwrap()["spec"]["rules"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("filters");
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.route_writes(), 0, "not fought over");
+    let c = w.canary_status();
+    assert_eq!(c.state, CanaryState::Paused);
+    assert!(
+        c.message.contains("shows no mirror filter to svc-canary where the canary expects a RequestMirror filter of 50%"),
+        "{}",
+        c.message
+    );
+    // Aborted there, nothing of the canary is left to remove.
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "now".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().mirror, None);
+    assert_eq!(w.filters(), Value::Null);
 }
