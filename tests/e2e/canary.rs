@@ -62,6 +62,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "canary::an_aborted_canarys_deployment_waits_for_the_gateway_to_take_the_weights",
             an_aborted_canarys_deployment_waits_for_the_gateway_to_take_the_weights,
         ),
+        trial(
+            "canary::a_mirror_step_copies_then_steps_and_the_filter_leaves_with_every_ending",
+            a_mirror_step_copies_then_steps_and_the_filter_leaves_with_every_ending,
+        ),
     ]
 }
 
@@ -862,8 +866,46 @@ fn the_admission_policy_keeps_the_operator_to_the_weights() {
             .await
             .expect("the operator may move the weights");
         assert_eq!(route_state(&env).await.0, (90, 10));
+        // A mirror of the rule to its own canary backend, and its removal:
+        // allowed.
+        let mirror = |name: &str| {
+            json!({"type": "RequestMirror", "requestMirror": {
+                "backendRef": {"name": name, "port": 8080}, "percent": 50}})
+        };
+        as_operator
+            .patch(
+                "svc",
+                &params,
+                &patch(json!([{"op": "add", "path": "/spec/rules/0/filters", "value": [mirror("svc-canary")]}])),
+            )
+            .await
+            .expect("the operator may mirror the rule to its canary backend");
+        as_operator
+            .patch(
+                "svc",
+                &params,
+                &patch(json!([{"op": "remove", "path": "/spec/rules/0/filters"}])),
+            )
+            .await
+            .expect("the operator may remove its mirror");
         // Anything else: denied, and the route stays as it was.
         for (what, ops) in [
+            (
+                "a mirror to a Service the rule does not send to",
+                json!([{"op": "add", "path": "/spec/rules/0/filters", "value": [mirror("elsewhere")]}]),
+            ),
+            (
+                "a mirror to another port of the canary",
+                json!([{"op": "add", "path": "/spec/rules/0/filters", "value": [{
+                    "type": "RequestMirror", "requestMirror": {
+                        "backendRef": {"name": "svc-canary", "port": 9090}, "percent": 50}}]}]),
+            ),
+            (
+                "another filter",
+                json!([{"op": "add", "path": "/spec/rules/0/filters", "value": [{
+                    "type": "RequestHeaderModifier",
+                    "requestHeaderModifier": {"set": [{"name": "x-a", "value": "1"}]}}]}]),
+            ),
             (
                 "a match",
                 json!([{"op": "add", "path": "/spec/rules/0/matches",
@@ -894,6 +936,11 @@ fn the_admission_policy_keeps_the_operator_to_the_weights() {
             );
         }
         assert_eq!(route_state(&env).await.0, (90, 10));
+        let route = serde_json::to_value(routes(&env).get("svc").await.unwrap()).unwrap();
+        assert!(
+            route["spec"]["rules"][0].get("filters").is_none(),
+            "{route}"
+        );
         // Others are not matched: an admin may still change the route.
         routes(&env)
             .patch(
@@ -903,6 +950,111 @@ fn the_admission_policy_keeps_the_operator_to_the_weights() {
             )
             .await
             .expect("an admin is not subject to the policy");
+        env.finish().await;
+    });
+}
+
+/// The percent the main rule mirrors to the canary backend, as the route
+/// shows it, and the weights.
+async fn mirror_state(env: &Env) -> (Option<i64>, (i64, i64)) {
+    let route = serde_json::to_value(routes(env).get("svc").await.unwrap()).unwrap();
+    let rule = &route["spec"]["rules"][0];
+    let mirror = rule["filters"].as_array().and_then(|f| {
+        f.iter()
+            .find(|f| f["requestMirror"]["backendRef"]["name"] == "svc-canary")
+            .map(|f| f["requestMirror"]["percent"].as_i64().unwrap_or(100))
+    });
+    let refs = &rule["backendRefs"];
+    (
+        mirror,
+        (
+            refs[0]["weight"].as_i64().unwrap(),
+            refs[1]["weight"].as_i64().unwrap(),
+        ),
+    )
+}
+
+/// Every distinct (mirror, weights) the route showed until `done` said so
+/// of the model's status.
+async fn mirror_trace(
+    env: &Env,
+    what: &str,
+    done: impl Fn(&OpenMedModelStatus) -> bool,
+) -> Vec<(Option<i64>, (i64, i64))> {
+    let start = std::time::Instant::now();
+    let mut seen = Vec::new();
+    loop {
+        let s = env.status("svc").await;
+        let now = mirror_state(env).await;
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
+        if done(&s) {
+            return seen;
+        }
+        assert!(
+            start.elapsed() < ROLLOUT * 2,
+            "timed out waiting for {what} (operator log {}); seen: {seen:?}\nlast status: {s:#?}",
+            env.operator.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn a_mirror_step_copies_then_steps_and_the_filter_leaves_with_every_ending() {
+    block_on(async {
+        // Under the admission policy, as every canary test here.
+        let (env, _) = stage(
+            "canary-mirror",
+            "[{mirror: 100, pause: 3s}, {weight: 20, pause: 3s}]",
+            "",
+            &[],
+        )
+        .await;
+        let git = serde_json::to_value(routes(&env).get("svc").await.unwrap()).unwrap();
+        let v2 = env.version("v2");
+        env.set_spec("svc", json!({"version": v2})).await;
+        let seen = mirror_trace(&env, "the canary to promote v2", |s| {
+            s.phase == Some(Phase::Ready)
+                && s.canary
+                    .as_ref()
+                    .is_some_and(|c| c.state == CanaryState::Promoted)
+        })
+        .await;
+        assert_eq!(
+            seen,
+            [
+                (None, (100, 0)),
+                (Some(100), (100, 0)),
+                (None, (80, 20)),
+                (None, (100, 0))
+            ],
+            "mirrored before any request was served by the canary, then weighted"
+        );
+        let after = serde_json::to_value(routes(&env).get("svc").await.unwrap()).unwrap();
+        assert_eq!(after["spec"], git["spec"], "the route ends as in Git");
+
+        // An abort in the mirror step removes the filter.
+        let v3 = env.version("v3");
+        env.set_spec("svc", json!({"version": v3})).await;
+        mirror_trace(&env, "the mirror step of v3", |s| {
+            s.canary
+                .as_ref()
+                .is_some_and(|c| c.version == v3 && c.mirror == Some(100))
+        })
+        .await;
+        assert_eq!(mirror_state(&env).await.0, Some(100));
+        let ok = cli(&env, &["abort", "svc"]).status.success();
+        assert!(ok, "openmed-op abort");
+        let seen = mirror_trace(&env, "the abort of v3", |s| {
+            s.canary
+                .as_ref()
+                .is_some_and(|c| c.state == CanaryState::Aborted && c.drained_time.is_some())
+        })
+        .await;
+        assert_eq!(seen.last(), Some(&(None, (100, 0))), "{seen:?}");
+        let after = serde_json::to_value(routes(&env).get("svc").await.unwrap()).unwrap();
+        assert_eq!(after["spec"], git["spec"], "the route ends as in Git");
         env.finish().await;
     });
 }
