@@ -48,6 +48,10 @@ pub fn trials() -> Vec<Trial> {
             "canary::a_model_that_misses_dates_is_aborted_by_the_probes",
             a_model_that_misses_dates_is_aborted_by_the_probes,
         ),
+        trial(
+            "canary::a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_model",
+            a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_model,
+        ),
     ]
 }
 
@@ -96,7 +100,8 @@ fn with_range(query: &str, range: &str) -> String {
 
 /// The data plane's request rate to the canary backend, 0 when it has no
 /// series (Envoy drops a cluster no route uses).
-const DRAIN_QUERY: &str = "sum(rate(envoy_cluster_upstream_rq_total{envoy_cluster_name=~\"service/{{namespace}}/{{canary}}/.+\"}[5s])) or vector(0)";
+/// A mirror step's copies count too (their own cluster, per rule).
+const DRAIN_QUERY: &str = "sum(rate(envoy_cluster_upstream_rq_total{envoy_cluster_name=~\"service/{{namespace}}/{{canary}}/.+|httproute/{{namespace}}/{{route}}/rule/[0-9]+-mirror-[0-9]+\"}[5s])) or vector(0)";
 
 /// `examples/real/canary` in a test's namespace, its operator on the pod
 /// network (the probes reach pod addresses; Prometheus is forwarded there),
@@ -200,6 +205,8 @@ struct Seen {
     after: f64,
     /// (stable, canary) weights on the route.
     weights: (i64, i64),
+    /// The percent the rule mirrors to the canary backend.
+    mirror: Option<i64>,
     state: Option<CanaryState>,
     step: i32,
     /// The canary Deployment's generation.
@@ -243,6 +250,14 @@ impl Trace {
                 };
                 let route = serde_json::to_value(route).unwrap();
                 let refs = &route["spec"]["rules"][0]["backendRefs"];
+                let mirror = route["spec"]["rules"][0]["filters"]
+                    .as_array()
+                    .and_then(|filters| {
+                        filters
+                            .iter()
+                            .find(|f| f["requestMirror"]["backendRef"]["name"] == CANARY)
+                    })
+                    .map(|f| f["requestMirror"]["percent"].as_i64().unwrap_or(100));
                 let c = model.status.and_then(|s| s.canary);
                 let now = Seen {
                     at,
@@ -251,6 +266,7 @@ impl Trace {
                         refs[0]["weight"].as_i64().unwrap_or(1),
                         refs[1]["weight"].as_i64().unwrap_or(1),
                     ),
+                    mirror,
                     state: c.as_ref().map(|c| c.state),
                     step: c.as_ref().map_or(0, |c| c.step),
                     canary_generation: canary.metadata.generation.unwrap_or(0),
@@ -258,8 +274,9 @@ impl Trace {
                 {
                     let mut seen = kept.lock().unwrap();
                     let changed = seen.last().is_none_or(|last| {
-                        (last.weights, last.state, last.step, last.canary_generation)
-                            != (now.weights, now.state, now.step, now.canary_generation)
+                        (last.weights, last.mirror, last.state, last.step)
+                            != (now.weights, now.mirror, now.state, now.step)
+                            || last.canary_generation != now.canary_generation
                     });
                     if changed {
                         seen.push(now);
@@ -709,6 +726,145 @@ fn a_model_that_misses_dates_is_aborted_by_the_probes() {
             "scenario": "canary_probes_abort_a_model_that_misses_dates", "rps": 20,
             "requests": records.len(), "answers_from_it": leaked,
             "at_10_pct_s": ((restored - at_ten) / 100.0).round() / 10.0, "failed_round": probes.message,
+        }));
+        app.app.env.finish().await;
+    });
+}
+
+/// The requests for `/pii/extract` the canary Deployment's pods of this
+/// namespace answered, by their own access logs (one JSON line each, kept
+/// by the kubelet; a deleted pod's log stays).
+fn canary_pod_requests(env: &Env) -> usize {
+    let prefix = format!("{}_{CANARY}-", env.ns.name);
+    let Ok(pods) = std::fs::read_dir(cluster_dir().join("kubelet/pods")) else {
+        return 0;
+    };
+    pods.flatten()
+        .filter(|p| p.file_name().to_string_lossy().starts_with(&prefix))
+        .flat_map(|p| std::fs::read_dir(p.path().join("openmed-service")).into_iter().flatten())
+        .flatten()
+        .map(|log| std::fs::read_to_string(log.path()).unwrap_or_default())
+        .map(|text| {
+            text.lines()
+                .filter(|l| l.contains("\"route\":\"/pii/extract\""))
+                .count()
+        })
+        .sum()
+}
+
+fn a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_model() {
+    block_on(async {
+        let app = CanaryApp::deploy("stack-canary-mirror", |canary| {
+            canary["steps"] =
+                json!([{"mirror": 50, "pause": "10m"}, {"weight": 10, "pause": "10m"}]);
+            short_analysis(canary, "5s", "10s", false);
+            with_drain(canary);
+        })
+        .await;
+        let routes: Api<DynamicObject> = Api::namespaced_with(
+            app.env().client.clone(),
+            &app.env().ns.name,
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute"),
+                "httproutes",
+            ),
+        );
+        let git = serde_json::to_value(routes.get(NAME).await.unwrap()).unwrap();
+        let before = canary_pod_requests(app.env());
+        let trace = Trace::start(app.env());
+        let rps = 20.0;
+        let (stop, load) = app.app.load(rps, Duration::from_secs(300));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // A model that warms, passes /readyz and fails every request: in a
+        // mirror step only its copies fail, and the analysis sees them.
+        app.env().set_spec(NAME, json!({"version": FAILS})).await;
+        wait_canary(&app, "the analysis to abort the mirror step", |s| {
+            canary_state(s) == Some(CanaryState::Aborted)
+        })
+        .await;
+        // The filter is gone from the route; copies sent before Envoy has
+        // the route without it may still arrive, then none.
+        wait_for(
+            "the mirror filter to leave the route",
+            Duration::from_secs(30),
+            || async {
+                let seen = trace.seen.lock().unwrap().clone();
+                let mirrored = seen.iter().position(|s| s.mirror.is_some())?;
+                seen[mirrored..].iter().find(|s| s.mirror.is_none()).map(|s| s.at)
+            },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(PROPAGATION_MS as u64)).await;
+        let copies_at_removal = canary_pod_requests(app.env());
+        wait_canary(&app, "the canary Deployment to drain", |s| {
+            s.canary.as_ref().is_some_and(|c| c.drained_time.is_some())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = stop.send(());
+        let records = load.await.unwrap();
+        let seen = trace.stop().await;
+        let status = app.env().status(NAME).await;
+        let copies = canary_pod_requests(app.env()) - before;
+
+        // Every client was answered, by the stable model, from a stable pod.
+        assert_all_served(&records);
+        assert!(from_canary(&records).is_empty(), "a canary pod answered a client");
+        assert!(
+            records.iter().all(|r| r.model_name.as_deref() == Some(V1)),
+            "every answer names the stable model"
+        );
+        assert!(
+            seen.iter().all(|s| s.weights == (100, 0)),
+            "the weights never moved: {seen:#?}"
+        );
+        // The copies reached the canary's pods, about half of the requests
+        // sent while the route mirrored.
+        let first = seen.iter().position(|s| s.mirror == Some(50)).expect("the mirror on the route");
+        let (from, to) = (
+            seen[first].at,
+            seen[first..].iter().find(|s| s.mirror.is_none()).unwrap().at,
+        );
+        let surely = sent_between(&records, from + PROPAGATION_MS, to).len() as f64;
+        let at_most = sent_between(&records, seen[first].after, to + PROPAGATION_MS).len() as f64;
+        eprintln!(
+            "canary::mirror: {copies} copies reached the canary's pods while the route mirrored 50 % for {:.1} s ({} requests sent then); {} requests, 0 from the canary",
+            (to - from) / 1000.0,
+            at_most,
+            records.len()
+        );
+        assert!(copies > 0, "no copy reached the canary");
+        assert!(
+            copies as f64 >= 0.3 * surely && copies as f64 <= 0.7 * at_most + 5.0,
+            "{copies} copies for about half of {surely}..{at_most} requests"
+        );
+        // None after the filter left, and the route is Git's again.
+        assert_eq!(
+            canary_pod_requests(app.env()) - before,
+            copies_at_removal - before,
+            "copies reached the canary after the filter was removed"
+        );
+        let after = serde_json::to_value(routes.get(NAME).await.unwrap()).unwrap();
+        assert_eq!(after["spec"], git["spec"], "the route ends as in Git");
+        let c = status.canary.as_ref().unwrap();
+        assert_eq!((c.step, c.mirror), (1, None));
+        let metric = c
+            .analysis
+            .iter()
+            .find(|r| r.name == "error-rate" && r.outcome == Outcome::Fail)
+            .expect("the error rate of the copies failed a round");
+        eprintln!(
+            "  mirrored for {:.1} s; drained {} s after the filter left; {}",
+            (to - from) / 1000.0,
+            drain_seconds(c),
+            metric.message
+        );
+        record_result(json!({
+            "scenario": "canary_mirror_step_aborted_by_the_copies_errors", "rps": rps,
+            "requests": records.len(), "failed": 0, "answered_by_canary": 0,
+            "mirrored_s": ((to - from) / 100.0).round() / 10.0, "copies_at_canary": copies,
+            "requests_while_mirrored": at_most, "drain_s": drain_seconds(c),
+            "failed_round": metric.message,
         }));
         app.app.env.finish().await;
     });
