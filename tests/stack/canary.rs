@@ -741,7 +741,11 @@ fn canary_pod_requests(env: &Env) -> usize {
     };
     pods.flatten()
         .filter(|p| p.file_name().to_string_lossy().starts_with(&prefix))
-        .flat_map(|p| std::fs::read_dir(p.path().join("openmed-service")).into_iter().flatten())
+        .flat_map(|p| {
+            std::fs::read_dir(p.path().join("openmed-service"))
+                .into_iter()
+                .flatten()
+        })
         .flatten()
         .map(|log| std::fs::read_to_string(log.path()).unwrap_or_default())
         .map(|text| {
@@ -790,7 +794,10 @@ fn a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_
             || async {
                 let seen = trace.seen.lock().unwrap().clone();
                 let mirrored = seen.iter().position(|s| s.mirror.is_some())?;
-                seen[mirrored..].iter().find(|s| s.mirror.is_none()).map(|s| s.at)
+                seen[mirrored..]
+                    .iter()
+                    .find(|s| s.mirror.is_none())
+                    .map(|s| s.at)
             },
         )
         .await;
@@ -809,7 +816,10 @@ fn a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_
 
         // Every client was answered, by the stable model, from a stable pod.
         assert_all_served(&records);
-        assert!(from_canary(&records).is_empty(), "a canary pod answered a client");
+        assert!(
+            from_canary(&records).is_empty(),
+            "a canary pod answered a client"
+        );
         assert!(
             records.iter().all(|r| r.model_name.as_deref() == Some(V1)),
             "every answer names the stable model"
@@ -820,10 +830,17 @@ fn a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_
         );
         // The copies reached the canary's pods, about half of the requests
         // sent while the route mirrored.
-        let first = seen.iter().position(|s| s.mirror == Some(50)).expect("the mirror on the route");
+        let first = seen
+            .iter()
+            .position(|s| s.mirror == Some(50))
+            .expect("the mirror on the route");
         let (from, to) = (
             seen[first].at,
-            seen[first..].iter().find(|s| s.mirror.is_none()).unwrap().at,
+            seen[first..]
+                .iter()
+                .find(|s| s.mirror.is_none())
+                .unwrap()
+                .at,
         );
         let surely = sent_between(&records, from + PROPAGATION_MS, to).len() as f64;
         let at_most = sent_between(&records, seen[first].after, to + PROPAGATION_MS).len() as f64;
