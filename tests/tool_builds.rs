@@ -53,7 +53,7 @@ fn every_tool_build_reads_only_modules_it_downloaded() {
                 .into_owned()
         })
         .collect();
-    for tool in ["canary", "cluster", "gitops", "helm"] {
+    for tool in ["canary", "cluster", "flux", "gitops", "helm"] {
         assert!(
             names.iter().any(|n| n == tool),
             "tests/{tool}/build is found: {names:?}"

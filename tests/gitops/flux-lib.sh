@@ -1,0 +1,98 @@
+# Process helpers for flux-up and flux-down. Sourced, not executed, after
+# tests/cluster/lib.sh and state.sh (log, die, _pid_running, _pid_exe) and
+# cluster_init_dir, which sets DIR.
+# shellcheck shell=bash
+
+FLUX_COMPONENTS=(gitserver source-controller kustomize-controller)
+FLUX_CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/openmed-op/flux"
+
+# flux_pid NAME: prints the pid in DIR/flux/NAME.pid if that process is
+# alive and still is our NAME binary (from the Flux tool cache) started for
+# this DIR (DIR on its command line, or its KUBECONFIG DIR's); removes a
+# stale pid file.
+flux_pid() {
+	local f="$DIR/flux/$1.pid" pid exe
+	[ -f "$f" ] || return 1
+	pid="$(cat "$f")"
+	if [[ "$pid" =~ ^[0-9]+$ ]] && exe="$(_pid_exe "$pid")"; then
+		if [ "$(basename "$exe")" = "$1" ] && [[ "$exe" == "$FLUX_CACHE_ROOT"/* ]] &&
+			{ tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/" ||
+				tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF -- "KUBECONFIG=$DIR/kubeconfig"; }; then
+			echo "$pid"
+			return 0
+		fi
+	fi
+	rm -f "$f"
+	return 1
+}
+
+flux_alive() { # NAME: the recorded process still runs
+	flux_pid "$1" >/dev/null
+}
+
+# flux_launch NAME BINARY ARGS...: starts a detached process (own session,
+# stdin from /dev/null, output appended to DIR/logs/flux-NAME.log, no
+# inherited descriptors) that outlives the script, records its pid in
+# DIR/flux/NAME.pid, and returns once that pid runs the NAME binary (or has
+# exited; the caller's wait reports that with the log).
+flux_launch() {
+	local name=$1 log_file="$DIR/logs/flux-$1.log" pid exe deadline
+	shift
+	printf '\n=== %s starting %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" >>"$log_file"
+	(
+		for fd in "/proc/$BASHPID/fd/"*; do
+			fd="${fd##*/}"
+			if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+		done
+		exec setsid "$@"
+	) </dev/null >>"$log_file" 2>&1 &
+	pid=$!
+	echo "$pid" >"$DIR/flux/$name.pid"
+	deadline=$((SECONDS + 60))
+	while exe="$(_pid_exe "$pid")"; do
+		[ "$(basename "$exe")" != "$name" ] || return 0
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			log "$name (pid $pid) is still $exe after 60s; stopping it"
+			kill -KILL "$pid" 2>/dev/null || true
+			return 1
+		fi
+		sleep 0.05
+	done
+	return 0
+}
+
+# flux_stop NAME: SIGTERM, then SIGKILL after 15 s; only a recorded process
+# that flux_pid still recognises.
+flux_stop() {
+	local pid i
+	pid="$(flux_pid "$1")" || { rm -f "$DIR/flux/$1.pid"; return 0; }
+	log "stopping $1 (pid $pid)"
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 150; i++)); do
+		_pid_running "$pid" || break
+		sleep 0.1
+	done
+	if _pid_running "$pid"; then
+		log "$1 (pid $pid) did not stop within 15s; killing it"
+		kill -KILL "$pid" 2>/dev/null || true
+		for ((i = 0; i < 50; i++)); do _pid_running "$pid" || break; sleep 0.1; done
+	fi
+	rm -f "$DIR/flux/$1.pid"
+}
+
+# flux_port_free PORT: nothing listens on PORT.
+flux_port_free() {
+	! _listening_ports | grep -qx -- "$1"
+}
+
+# flux_choose_port TAKEN...: prints a port nothing listens on, below the
+# ephemeral range, and not among TAKEN.
+flux_choose_port() {
+	local busy candidate
+	busy=" $(_listening_ports | tr '\n' ' ') $* "
+	while :; do
+		candidate=$((20000 + RANDOM % 12000))
+		[[ "$busy" == *" $candidate "* ]] || break
+	done
+	echo "$candidate"
+}
