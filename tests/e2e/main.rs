@@ -15,6 +15,7 @@ mod cluster;
 mod deploy;
 mod env;
 mod faults;
+mod flux;
 mod gitops;
 mod helm;
 mod kubelet;
@@ -37,6 +38,7 @@ fn main() {
     trials.extend(faults::trials());
     trials.extend(deploy::trials());
     trials.extend(gitops::trials());
+    trials.extend(flux::trials());
     trials.extend(leader::trials());
     trials.extend(canary::trials());
     trials.extend(admission::trials());
@@ -47,6 +49,7 @@ fn main() {
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);
+    flux::stop();
     if started {
         support::stop_cluster();
     }

@@ -1,0 +1,685 @@
+//! GitOps for real: Flux's own source-controller and kustomize-controller
+//! (`tests/flux/build`, started by `tests/gitops/flux-up`) sync a test's
+//! namespace from a repository on a smart-HTTP Git server on loopback, to
+//! which the test pushes with `git`. Each test has its own repository,
+//! GitRepository and Kustomization (`wait: true`, so Flux's own health
+//! checks, which use kstatus, judge the OpenMedModel), and its own
+//! operator.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use libtest_mimic::Trial;
+use openmed_op::api::{OpenMedModelStatus, Phase};
+use serde_json::{Value, json};
+
+use crate::env::*;
+use crate::support::*;
+use crate::trial;
+
+pub fn trials() -> Vec<Trial> {
+    vec![
+        trial(
+            "flux::a_commit_rolls_the_model_and_at_rest_flux_and_the_operator_write_nothing",
+            a_commit_rolls_the_model_and_at_rest_flux_and_the_operator_write_nothing,
+        ),
+        trial(
+            "flux::a_failed_version_in_git_is_fixed_by_verify_without_a_new_rollout",
+            a_failed_version_in_git_is_fixed_by_verify_without_a_new_rollout,
+        ),
+        trial(
+            "flux::a_rollback_committed_to_git_then_folded_into_the_version",
+            a_rollback_committed_to_git_then_folded_into_the_version,
+        ),
+        trial(
+            "flux::removing_the_model_from_git_releases_the_deployment",
+            removing_the_model_from_git_releases_the_deployment,
+        ),
+    ]
+}
+
+/// What Flux syncs here, and what the operator writes.
+const SYNCED: &[&str] = &[
+    "deployments",
+    "configmaps",
+    "openmedmodels",
+    "replicasets",
+    "pods",
+];
+
+/// How often Flux looks at Git and applies, in these tests.
+const INTERVAL_S: u64 = 3;
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// The Git server's base URL, Flux started on the test cluster first.
+fn git_base() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let dir = cluster_dir();
+        let out = Command::new(root().join("tests/gitops/flux-up"))
+            .arg(&dir)
+            .output()
+            .expect("tests/gitops/flux-up runs");
+        assert!(
+            out.status.success(),
+            "tests/gitops/flux-up failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        STARTED.store(true, Ordering::SeqCst);
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    })
+}
+
+/// Stops Flux if a test started it (the harness calls this at the end).
+pub fn stop() {
+    if STARTED.load(Ordering::SeqCst) {
+        let _ = Command::new(root().join("tests/gitops/flux-down"))
+            .arg(cluster_dir())
+            .status();
+    }
+}
+
+/// A working copy whose `main` is pushed to the test's repository on the
+/// Git server.
+struct Repo {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Repo {
+    fn new(name: &str) -> Repo {
+        let url = format!("{}{name}.git", git_base());
+        let repo = Repo {
+            dir: tempfile::tempdir().unwrap(),
+            url,
+        };
+        repo.git(&["init", "-q", "-b", "main"]);
+        repo.git(&["config", "user.email", "platform@example.org"]);
+        repo.git(&["config", "user.name", "Platform team"]);
+        repo.git(&["remote", "add", "origin", &repo.url]);
+        repo
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(self.path())
+            .output()
+            .expect("git runs");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Writes (or, for `None`, deletes) the files, commits and pushes;
+    /// returns the commit.
+    fn commit(&self, message: &str, files: &[(&str, Option<&str>)]) -> String {
+        for (path, text) in files {
+            let path = self.path().join(path);
+            match text {
+                Some(text) => std::fs::write(&path, text).unwrap(),
+                None => std::fs::remove_file(&path).unwrap(),
+            }
+        }
+        self.push(message)
+    }
+
+    /// Commits whatever the working copy holds and pushes it.
+    fn push(&self, message: &str) -> String {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "-m", message]);
+        self.git(&["push", "-q", "origin", "HEAD:main"]);
+        self.git(&["rev-parse", "HEAD"])
+    }
+
+    fn read(&self, path: &str) -> String {
+        std::fs::read_to_string(self.path().join(path)).unwrap()
+    }
+}
+
+/// The GitRepository and the Kustomization that sync `repo` into the
+/// test's namespace, waiting for every object's health (`wait: true`).
+fn flux_objects(repo: &Repo, namespace: &str) -> String {
+    format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata:
+  name: models
+spec:
+  interval: {INTERVAL_S}s
+  url: {url}
+  ref: {{branch: main}}
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: models
+spec:
+  interval: {INTERVAL_S}s
+  retryInterval: {INTERVAL_S}s
+  sourceRef: {{kind: GitRepository, name: models}}
+  path: ./
+  prune: true
+  wait: true
+  timeout: 30s
+  targetNamespace: {namespace}
+",
+        url = repo.url
+    )
+}
+
+fn kustomizations(env: &Env) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "kustomizations");
+    Api::namespaced_with(env.client.clone(), &env.ns.name, &resource)
+}
+
+/// What the Kustomization says: its Ready condition and the revision it
+/// last applied.
+#[derive(Debug, Clone, PartialEq)]
+struct Flux {
+    ready: String,
+    reason: String,
+    message: String,
+    applied: String,
+    /// The revision of the reconcile in progress or last finished, applied
+    /// or not (`lastAppliedRevision` moves only once it is healthy).
+    attempted: String,
+}
+
+impl Flux {
+    fn ready_at(&self, commit: &str) -> bool {
+        self.ready == "True" && self.applied.ends_with(commit)
+    }
+}
+
+async fn flux_state(env: &Env) -> Flux {
+    let k = kustomizations(env).get("models").await.unwrap();
+    let k = serde_json::to_value(k).unwrap();
+    let ready = k["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    Flux {
+        ready: text(&ready["status"]),
+        reason: text(&ready["reason"]),
+        message: text(&ready["message"]),
+        applied: text(&k["status"]["lastAppliedRevision"]),
+        attempted: text(&k["status"]["lastAttemptedRevision"]),
+    }
+}
+
+async fn wait_flux(env: &Env, what: &str, ok: impl FnMut(&Flux) -> bool) -> Flux {
+    wait_until(what, ROLLOUT * 2, || flux_state(env), ok).await
+}
+
+/// The workload as a team keeps it in Git: none of the fields the
+/// operator writes (the preload variable, and `replicas` since the model
+/// sets them). A field Flux applies is forced back to Git's value at each
+/// apply: with `replicas: 1` here, every commit's apply scaled the
+/// Deployment down and the operator up again, replacing a pod
+/// (docs/gitops.md).
+fn deployment_in_git(name: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  labels: {{app: {name}}}
+spec:
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      containers:
+      - name: openmed-service
+        image: openmed/openmed-service:1.0.0
+"
+    )
+}
+
+/// The model as Git holds it, with its namespace (which `verify --status`
+/// matches against the cluster's).
+fn model_in_git(env: &Env, version: &str, annotations: &str) -> String {
+    let mut meta = format!("metadata:\n  name: svc\n  namespace: {}\n", env.ns.name);
+    if !annotations.is_empty() {
+        meta.push_str(&format!("  annotations:\n{annotations}"));
+    }
+    model_yaml(
+        "svc",
+        version,
+        "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
+    )
+    .replace("metadata:\n  name: svc\n", &meta)
+}
+
+/// A namespace synced from a new repository holding the Deployment and
+/// the model at `v1`, Ready in the cluster and in Flux.
+async fn synced(prefix: &str) -> (Env, Repo, String) {
+    let env = Env::new(prefix).await;
+    let v1 = env.version("v1");
+    let repo = Repo::new(&env.ns.name);
+    let commit = repo.commit(
+        "the service and its model",
+        &[
+            ("deployment.yaml", Some(&deployment_in_git("svc"))),
+            ("openmedmodel.yaml", Some(&model_in_git(&env, &v1, ""))),
+        ],
+    );
+    env.apply(&flux_objects(&repo, &env.ns.name)).await;
+    wait_flux(
+        &env,
+        "Flux to apply the first commit and see it healthy",
+        |f| f.ready_at(&commit),
+    )
+    .await;
+    env.wait_ready("svc", &v1).await;
+    (env, repo, v1)
+}
+
+/// The pod template's hash annotation and the names of the pods.
+async fn template_and_pods(env: &Env) -> (Value, Vec<String>) {
+    let d = env.deployment("svc").await;
+    let hash = d["spec"]["template"]["metadata"]["annotations"].clone();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(env.client.clone(), &env.ns.name);
+    let mut names: Vec<String> = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    (hash, names)
+}
+
+/// Writes in the test's namespace after byte `from` of the audit log by
+/// a client whose User-Agent starts with `agent` (dry runs are not
+/// writes): (verb, resource, name).
+fn writes_by(agent: &str, namespace: &str, from: u64) -> Vec<(String, String, String)> {
+    writes_to(agent, namespace, from, &[])
+}
+
+/// [`writes_by`] of the objects of `resources` only (all when empty).
+fn writes_to(
+    agent: &str,
+    namespace: &str,
+    from: u64,
+    resources: &[&str],
+) -> Vec<(String, String, String)> {
+    let text = std::fs::read(cluster_dir().join("logs/audit.log")).unwrap();
+    String::from_utf8_lossy(&text[from as usize..])
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["objectRef"]["namespace"] == namespace
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with(agent))
+                && ["create", "update", "patch", "delete"]
+                    .contains(&e["verb"].as_str().unwrap_or_default())
+                && !e["requestURI"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("dryRun=All")
+                && (resources.is_empty()
+                    || resources.contains(&e["objectRef"]["resource"].as_str().unwrap_or_default()))
+        })
+        .map(|e| {
+            let s = |k: &str| e["objectRef"][k].as_str().unwrap_or_default().to_owned();
+            (
+                e["verb"].as_str().unwrap_or_default().to_owned(),
+                format!("{}{}", s("resource"), {
+                    let sub = s("subresource");
+                    if sub.is_empty() {
+                        sub
+                    } else {
+                        format!("/{sub}")
+                    }
+                }),
+                s("name"),
+            )
+        })
+        .collect()
+}
+
+/// How many times Flux applied the namespace's objects (as dry runs, to
+/// find drift) after byte `from` of the audit log: one per reconcile of
+/// the OpenMedModel.
+fn flux_dry_runs_of_the_model(namespace: &str, from: u64) -> usize {
+    let text = std::fs::read(cluster_dir().join("logs/audit.log")).unwrap();
+    String::from_utf8_lossy(&text[from as usize..])
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["objectRef"]["namespace"] == namespace
+                && e["objectRef"]["resource"] == "openmedmodels"
+                && e["verb"] == "patch"
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("kustomize-controller"))
+                && e["requestURI"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("dryRun=All")
+        })
+        .count()
+}
+
+fn a_commit_rolls_the_model_and_at_rest_flux_and_the_operator_write_nothing() {
+    block_on(async {
+        let (env, repo, v1) = synced("flux-loop").await;
+        let (before, _) = template_and_pods(&env).await;
+        let v2 = env.version("v2");
+        let pushed = Instant::now();
+        let commit = repo.commit(
+            "openmed: v2",
+            &[("openmedmodel.yaml", Some(&model_in_git(&env, &v2, "")))],
+        );
+        // Until the model is Ready on v2, Flux must not say Ready for this
+        // commit: its health check (kstatus) reads the operator's
+        // conditions.
+        let mut seen: Vec<(Flux, Option<Phase>, Option<String>)> = Vec::new();
+        let ready_after = loop {
+            let f = flux_state(&env).await;
+            let s = env.status("svc").await;
+            if f.ready_at(&commit) {
+                assert_eq!(
+                    (s.phase, s.active_version.as_deref()),
+                    (Some(Phase::Ready), Some(v2.as_str())),
+                    "Flux said Ready before the model was: {seen:#?}"
+                );
+                break pushed.elapsed();
+            }
+            let now = (f, s.phase, s.active_version.clone());
+            if seen.last() != Some(&now) {
+                seen.push(now);
+            }
+            assert!(
+                pushed.elapsed() < ROLLOUT * 2,
+                "no Ready for {commit}: {seen:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let (after, _) = template_and_pods(&env).await;
+        assert_ne!(before, after, "the operator rolled the Deployment");
+        assert!(
+            seen.iter()
+                .any(|(f, phase, _)| f.attempted.ends_with(&commit)
+                    && f.ready != "True"
+                    && *phase == Some(Phase::RollingOut)),
+            "Flux applied the commit and waited while the model rolled: {seen:#?}"
+        );
+        eprintln!(
+            "flux::loop: push to Kustomization Ready {:.1} s (interval {INTERVAL_S} s); while rolling Flux said: {:?}",
+            ready_after.as_secs_f64(),
+            seen.iter()
+                .filter(|(f, _, _)| f.attempted.ends_with(&commit) && f.ready != "True")
+                .map(|(f, _, _)| format!("{} {}: {}", f.ready, f.reason, f.message))
+                .next()
+        );
+
+        // At rest: ten of Flux's applies (dry runs that find no drift), and
+        // neither Flux nor the operator writes the Deployment, the
+        // ConfigMaps or the model.
+        let from = audit_log_end();
+        let (template, pods) = template_and_pods(&env).await;
+        wait_for(
+            "ten of Flux's reconciles at rest",
+            Duration::from_secs(INTERVAL_S * 10 * 3),
+            || async { (flux_dry_runs_of_the_model(&env.ns.name, from) >= 10).then_some(()) },
+        )
+        .await;
+        // Flux writes its own Kustomization's status and Events each time.
+        let flux_writes = writes_to("kustomize-controller", &env.ns.name, from, SYNCED);
+        let operator_writes = writes_by("openmed-operator", &env.ns.name, from);
+        assert_eq!(flux_writes, [], "Flux wrote at rest");
+        assert_eq!(operator_writes, [], "the operator wrote at rest");
+        assert_eq!(
+            template_and_pods(&env).await,
+            (template, pods),
+            "the pod template and the pods are as they were"
+        );
+        let _ = v1;
+        env.finish().await;
+    });
+}
+
+fn a_failed_version_in_git_is_fixed_by_verify_without_a_new_rollout() {
+    block_on(async {
+        let (env, repo, v1) = synced("flux-failed").await;
+        let bad = env.version("bad");
+        mark_unready(&env.client, &[&bad]).await;
+        let commit = repo.commit(
+            "openmed: a version that never warms",
+            &[("openmedmodel.yaml", Some(&model_in_git(&env, &bad, "")))],
+        );
+        env.wait_rolled_back("svc").await;
+        let failed = wait_flux(&env, "Flux to report the model failed", |f| {
+            f.attempted.ends_with(&commit) && f.ready == "False"
+        })
+        .await;
+        eprintln!(
+            "flux::failed: Flux says Ready={} {}: {}",
+            failed.ready, failed.reason, failed.message
+        );
+        assert!(
+            failed.message.contains("OpenMedModel") && failed.message.contains("svc"),
+            "{failed:?}"
+        );
+        let (template, pods) = template_and_pods(&env).await;
+
+        // verify --status on the live status, --fix in the working copy.
+        let (ok, status, err) = kubectl(&["get", "omm", "-n", &env.ns.name, "-o", "yaml"]);
+        assert!(ok, "{err}");
+        let status_file = repo.path().join("../status.yaml");
+        std::fs::write(&status_file, status).unwrap();
+        let out = Command::new(binary())
+            .args(["verify", "--status", status_file.to_str().unwrap(), "--fix"])
+            .current_dir(repo.path())
+            .output()
+            .unwrap();
+        let diff = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "verify --fix: {diff}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(diff.contains(&format!("+  version: {v1}")), "{diff}");
+        assert!(
+            repo.read("openmedmodel.yaml")
+                .contains(&format!("version: {v1}"))
+        );
+        let fixed =
+            repo.push("openmed: agree with the cluster's rollback (openmed-op verify --fix)");
+        wait_flux(&env, "Flux to apply the fix and see it healthy", |f| {
+            f.ready_at(&fixed)
+        })
+        .await;
+        let s: OpenMedModelStatus = env.status("svc").await;
+        assert_eq!(s.phase, Some(Phase::Ready));
+        assert_eq!(s.active_version.as_deref(), Some(v1.as_str()));
+        assert_eq!(
+            template_and_pods(&env).await,
+            (template, pods),
+            "no new rollout: the template and the pods are as they were"
+        );
+        env.finish().await;
+    });
+}
+
+fn a_rollback_committed_to_git_then_folded_into_the_version() {
+    block_on(async {
+        let (env, repo, v1) = synced("flux-rollback").await;
+        let v2 = env.version("v2");
+        let to_v2 = repo.commit(
+            "openmed: v2",
+            &[("openmedmodel.yaml", Some(&model_in_git(&env, &v2, "")))],
+        );
+        wait_flux(&env, "v2 applied and healthy", |f| f.ready_at(&to_v2)).await;
+        let annotation = format!("    openmed.ai/rollback-to: {v1}\n");
+        let back = repo.commit(
+            "openmed: roll back to v1",
+            &[(
+                "openmedmodel.yaml",
+                Some(&model_in_git(&env, &v2, &annotation)),
+            )],
+        );
+        env.wait_manual_rollback("svc", &v1).await;
+        let f = wait_flux(&env, "Flux to apply the rollback", |f| {
+            f.attempted.ends_with(&back) && f.ready != "Unknown"
+        })
+        .await;
+        eprintln!(
+            "flux::rollback: with the annotation Flux says Ready={} {}: {}",
+            f.ready, f.reason, f.message
+        );
+        let (template, pods) = template_and_pods(&env).await;
+        // The next commit folds the rollback into the version and drops
+        // the annotation: nothing rolls again.
+        let folded = repo.commit(
+            "openmed: v1 is the version",
+            &[("openmedmodel.yaml", Some(&model_in_git(&env, &v1, "")))],
+        );
+        wait_flux(&env, "Flux to apply the folded rollback", |f| {
+            f.ready_at(&folded)
+        })
+        .await;
+        assert_eq!(
+            env.annotation("svc", "openmed.ai/rollback-to").await,
+            None,
+            "Flux removed the annotation it had applied"
+        );
+        let s = env.status("svc").await;
+        assert_eq!(
+            (s.phase, s.active_version.as_deref()),
+            (Some(Phase::Ready), Some(v1.as_str()))
+        );
+        assert_eq!(template_and_pods(&env).await, (template, pods));
+        env.finish().await;
+    });
+}
+
+fn removing_the_model_from_git_releases_the_deployment() {
+    block_on(async {
+        let (env, repo, _) = synced("flux-prune").await;
+        let (template, _) = template_and_pods(&env).await;
+        let snapshots: Vec<String> = env
+            .config_maps()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|c| {
+                c.metadata.annotations.as_ref().is_some_and(|a| {
+                    a.get("kustomize.toolkit.fluxcd.io/prune")
+                        .map(String::as_str)
+                        == Some("disabled")
+                })
+            })
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        assert!(
+            !snapshots.is_empty(),
+            "the snapshot ConfigMaps opt out of pruning"
+        );
+        let commit = repo.commit("openmed: no model", &[("openmedmodel.yaml", None)]);
+        wait_flux(&env, "Flux to prune the model", |f| f.ready_at(&commit)).await;
+        wait_for("the OpenMedModel to be gone", ROLLOUT, || async {
+            env.models()
+                .get_opt("svc")
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        // Released: the Deployment (still in Git) stays, without the
+        // operator's mark; the operator deleted its snapshots itself once
+        // no pod read them (Flux never prunes them: they carry
+        // kustomize.toolkit.fluxcd.io/prune: disabled).
+        let d = env.deployment("svc").await;
+        assert!(
+            d["spec"]["template"]["metadata"]["annotations"]
+                .get("openmed.ai/model-resource")
+                .is_none(),
+            "released: {}",
+            d["spec"]["template"]["metadata"]
+        );
+        for name in &snapshots {
+            assert!(
+                env.config_maps().get_opt(name).await.unwrap().is_none(),
+                "snapshot {name} left after the release"
+            );
+        }
+        let _ = template;
+        // A later reconcile of Flux changes nothing.
+        let from = audit_log_end();
+        wait_for(
+            "three of Flux's reconciles",
+            Duration::from_secs(INTERVAL_S * 10),
+            || async { (applies_since(&env, from) >= 3).then_some(()) },
+        )
+        .await;
+        assert_eq!(
+            writes_to("kustomize-controller", &env.ns.name, from, SYNCED),
+            []
+        );
+        env.finish().await;
+    });
+}
+
+/// Flux's dry-run applies of the Deployment after byte `from`.
+fn applies_since(env: &Env, from: u64) -> usize {
+    let text = std::fs::read(cluster_dir().join("logs/audit.log")).unwrap();
+    String::from_utf8_lossy(&text[from as usize..])
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["objectRef"]["namespace"] == env.ns.name.as_str()
+                && e["objectRef"]["resource"] == "deployments"
+                && e["verb"] == "patch"
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("kustomize-controller"))
+        })
+        .count()
+}
+
+#[allow(dead_code)]
+async fn reconcile_now(env: &Env) {
+    let stamp = format!("{:?}", Instant::now());
+    kustomizations(env)
+        .patch(
+            "models",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": stamp}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
