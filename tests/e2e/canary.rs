@@ -165,7 +165,7 @@ fn tools() -> &'static PathBuf {
 }
 
 /// Installs the Gateway API CRDs once and waits until they are served.
-fn gateway_api() {
+pub(crate) fn gateway_api() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
         let crds = tools().join("crds");
@@ -198,13 +198,13 @@ fn gateway_api() {
     });
 }
 
-fn routes(env: &Env) -> Api<DynamicObject> {
+pub(crate) fn routes(env: &Env) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
     let resource = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
     Api::namespaced_with(env.client.clone(), &env.ns.name, &resource)
 }
 
-const ROUTE: &str = "apiVersion: gateway.networking.k8s.io/v1
+pub(crate) const ROUTE: &str = "apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata:
   name: svc
@@ -221,7 +221,7 @@ spec:
 ";
 
 /// The route's (stable, canary) weights and its generation.
-async fn route_state(env: &Env) -> ((i64, i64), i64) {
+pub(crate) async fn route_state(env: &Env) -> ((i64, i64), i64) {
     let route = serde_json::to_value(routes(env).get("svc").await.unwrap()).unwrap();
     let refs = &route["spec"]["rules"][0]["backendRefs"];
     (
@@ -273,7 +273,7 @@ async fn trace(env: &Env, what: &str, done: impl Fn(&Seen) -> bool) -> Vec<Seen>
     }
 }
 
-fn canary_block(steps: &str, analysis: &str) -> String {
+pub(crate) fn canary_block(steps: &str, analysis: &str) -> String {
     format!(
         "  rolloutStrategy:
     progressDeadlineSeconds: 10

@@ -39,6 +39,10 @@ pub fn trials() -> Vec<Trial> {
             "flux::removing_the_model_from_git_releases_the_deployment",
             removing_the_model_from_git_releases_the_deployment,
         ),
+        trial(
+            "flux::a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present",
+            a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present,
+        ),
     ]
 }
 
@@ -152,6 +156,12 @@ impl Repo {
 /// The GitRepository and the Kustomization that sync `repo` into the
 /// test's namespace, waiting for every object's health (`wait: true`).
 fn flux_objects(repo: &Repo, namespace: &str) -> String {
+    flux_objects_waiting(repo, namespace, "30s")
+}
+
+/// [`flux_objects`] whose health checks give up after `timeout` (then Flux
+/// applies again after its retry interval).
+fn flux_objects_waiting(repo: &Repo, namespace: &str, timeout: &str) -> String {
     format!(
         "apiVersion: source.toolkit.fluxcd.io/v1
 kind: GitRepository
@@ -173,7 +183,7 @@ spec:
   path: ./
   prune: true
   wait: true
-  timeout: 30s
+  timeout: {timeout}
   targetNamespace: {namespace}
 ",
         url = repo.url
@@ -669,17 +679,113 @@ fn applies_since(env: &Env, from: u64) -> usize {
         .count()
 }
 
-#[allow(dead_code)]
-async fn reconcile_now(env: &Env) {
-    let stamp = format!("{:?}", Instant::now());
-    kustomizations(env)
-        .patch(
-            "models",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": stamp}}}),
-            ),
-        )
-        .await
-        .unwrap();
+fn a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present() {
+    use crate::canary::{ROUTE, canary_block, gateway_api, route_state};
+    block_on(async {
+        gateway_api();
+        let env = Env::new("flux-canary").await;
+        let (v1, v2) = (env.version("v1"), env.version("v2"));
+        // The route as docs/canary.md recommends for Flux: created from
+        // Git, then left alone, so Flux's applies never put Git's weights
+        // back mid-canary.
+        let route = ROUTE.replace(
+            "metadata:\n  name: svc\n",
+            "metadata:\n  name: svc\n  annotations:\n    kustomize.toolkit.fluxcd.io/ssa: IfNotPresent\n",
+        );
+        assert!(route.contains("IfNotPresent"));
+        let block = canary_block("[{weight: 20, pause: 5s}, {weight: 50}]", "");
+        let model = |version: &str| {
+            model_in_git(&env, version, "").replace(
+                "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
+                &block,
+            )
+        };
+        let repo = Repo::new(&env.ns.name);
+        let first = repo.commit(
+            "the service, its canary and the route",
+            &[
+                ("deployment.yaml", Some(&deployment_in_git("svc"))),
+                ("canary.yaml", Some(&deployment_in_git("svc-canary"))),
+                ("route.yaml", Some(&route)),
+                ("openmedmodel.yaml", Some(&model(&v1))),
+            ],
+        );
+        // Flux waits for the model's health after each apply; a canary is
+        // not healthy until promoted, so with a timeout shorter than the
+        // canary Flux gives up and applies again mid-canary, as it does
+        // with minutes-long steps and the usual timeout.
+        env.apply(&flux_objects_waiting(&repo, &env.ns.name, "4s"))
+            .await;
+        wait_flux(&env, "Flux to apply the first commit", |f| {
+            f.ready_at(&first)
+        })
+        .await;
+        env.wait_ready("svc", &v1).await;
+        let from = audit_log_end();
+        let bump = repo.commit(
+            "openmed: v2, through the canary",
+            &[("openmedmodel.yaml", Some(&model(&v2)))],
+        );
+        // The second step waits for a promote: it is given only once Flux
+        // has applied the whole set twice over the step's weights.
+        let mut weights: Vec<(i64, i64)> = Vec::new();
+        let mut held_since: Option<u64> = None;
+        let mut promoted_by_test = false;
+        let start = Instant::now();
+        loop {
+            let s = env.status("svc").await;
+            let c = s.canary.clone();
+            let (w, _) = route_state(&env).await;
+            if weights.last() != Some(&w) {
+                weights.push(w);
+            }
+            if let Some(c) = &c {
+                let waits_for_promote = c.state == openmed_op::api::CanaryState::Paused
+                    && c.message.contains("waiting for openmed.ai/canary-promote");
+                assert!(
+                    c.state != openmed_op::api::CanaryState::Paused || waits_for_promote,
+                    "the canary paused: {}",
+                    c.message
+                );
+                if c.step == 2 && w == (50, 50) && !promoted_by_test {
+                    let since = *held_since.get_or_insert_with(audit_log_end);
+                    if flux_dry_runs_of_the_model(&env.ns.name, since) >= 2 {
+                        assert!(!waits_for_promote || c.message.contains("step 2"));
+                        env.annotate("svc", "openmed.ai/canary-promote", Some("flux-test"))
+                            .await;
+                        promoted_by_test = true;
+                    }
+                }
+            }
+            let promoted = c.as_ref().is_some_and(|c| {
+                c.state == openmed_op::api::CanaryState::Promoted && c.version == v2
+            });
+            if promoted && s.phase == Some(Phase::Ready) && w == (100, 0) {
+                break;
+            }
+            assert!(
+                start.elapsed() < ROLLOUT * 3,
+                "no promotion: {weights:?} {s:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(weights, [(100, 0), (80, 20), (50, 50), (100, 0)]);
+        wait_flux(&env, "Flux to see the promoted model healthy", |f| {
+            f.ready_at(&bump)
+        })
+        .await;
+        assert_eq!(
+            writes_to("kustomize-controller", &env.ns.name, from, &["httproutes"]),
+            [],
+            "Flux never wrote the route"
+        );
+        let reasons: Vec<String> = env
+            .event_reasons("svc")
+            .await
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect();
+        assert!(!reasons.iter().any(|r| r == "RouteDrift"), "{reasons:?}");
+        env.finish().await;
+    });
 }
