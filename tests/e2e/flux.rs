@@ -12,10 +12,10 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use libtest_mimic::Trial;
 use openmed_op::api::{OpenMedModelStatus, Phase};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::env::*;
 use crate::support::*;
