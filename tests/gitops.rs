@@ -737,15 +737,16 @@ fn the_example_workflow_and_flux_kustomization_are_well_formed() {
             .any(|r| r.contains("openmed-op verify") && r.contains("--format github"))
     );
     assert!(runs.iter().any(|r| r.contains("examples/ci/render-diff")));
-    let flux: Value = serde_yaml::from_str(
-        &std::fs::read_to_string(root().join("examples/flux/kustomization.yaml")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(flux["spec"]["healthChecks"][0]["kind"], "OpenMedModel");
-    assert_eq!(
-        flux["spec"]["healthChecks"][0]["apiVersion"],
-        "openmed.ai/v1alpha1"
-    );
+    // The Flux objects the end-to-end tests adapt (tests/e2e/flux.rs).
+    let flux =
+        docs(&std::fs::read_to_string(root().join("examples/flux/flux-system.yaml")).unwrap());
+    let kustomization = flux
+        .iter()
+        .find(|d| d["kind"] == "Kustomization")
+        .expect("a Flux Kustomization");
+    assert_eq!(kustomization["spec"]["wait"], true);
+    assert_eq!(kustomization["spec"]["prune"], true);
+    assert_eq!(kustomization["spec"]["path"], "./models");
 }
 
 /// The Git route and the same route as the cluster holds it mid-canary,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use libtest_mimic::Trial;
 use openmed_op::api::{OpenMedModelStatus, Phase};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::env::*;
 use crate::support::*;
@@ -162,32 +162,41 @@ fn flux_objects(repo: &Repo, namespace: &str) -> String {
 /// [`flux_objects`] whose health checks give up after `timeout` (then Flux
 /// applies again after its retry interval).
 fn flux_objects_waiting(repo: &Repo, namespace: &str, timeout: &str) -> String {
-    format!(
-        "apiVersion: source.toolkit.fluxcd.io/v1
-kind: GitRepository
-metadata:
-  name: models
-spec:
-  interval: {INTERVAL_S}s
-  url: {url}
-  ref: {{branch: main}}
----
-apiVersion: kustomize.toolkit.fluxcd.io/v1
-kind: Kustomization
-metadata:
-  name: models
-spec:
-  interval: {INTERVAL_S}s
-  retryInterval: {INTERVAL_S}s
-  sourceRef: {{kind: GitRepository, name: models}}
-  path: ./
-  prune: true
-  wait: true
-  timeout: {timeout}
-  targetNamespace: {namespace}
-",
-        url = repo.url
-    )
+    let interval = format!("{INTERVAL_S}s");
+    let mut docs = example("flux-system.yaml");
+    for doc in &mut docs {
+        doc["metadata"] = json!({"name": "models"});
+        let source = doc["kind"] == "GitRepository";
+        let spec = &mut doc["spec"];
+        spec["interval"] = json!(interval);
+        if source {
+            spec["url"] = json!(repo.url);
+        } else {
+            spec["retryInterval"] = json!(interval);
+            spec["sourceRef"]["name"] = json!("models");
+            spec["path"] = json!("./");
+            spec["timeout"] = json!(timeout);
+            spec["targetNamespace"] = json!(namespace);
+        }
+    }
+    yaml_stream(&docs)
+}
+
+/// The documents of `examples/flux/<file>`, the layout these tests sync.
+fn example(file: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(root().join("examples/flux").join(file)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn yaml_stream(docs: &[Value]) -> String {
+    docs.iter()
+        .map(|d| serde_yaml::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
 }
 
 fn kustomizations(env: &Env) -> Api<DynamicObject> {
@@ -237,46 +246,36 @@ async fn wait_flux(env: &Env, what: &str, ok: impl FnMut(&Flux) -> bool) -> Flux
     wait_until(what, ROLLOUT * 2, || flux_state(env), ok).await
 }
 
-/// The workload as a team keeps it in Git: none of the fields the
-/// operator writes (the preload variable, and `replicas` since the model
-/// sets them). A field Flux applies is forced back to Git's value at each
-/// apply: with `replicas: 1` here, every commit's apply scaled the
-/// Deployment down and the operator up again, replacing a pod
-/// (docs/gitops.md).
+/// The workload as a team keeps it in Git (`examples/flux/models`): none
+/// of the fields the operator writes (the preload variable, and
+/// `replicas` since the model sets them). A field Flux applies is forced
+/// back to Git's value at each apply: with `replicas: 1` here, every
+/// commit's apply scaled the Deployment down and the operator up again,
+/// replacing a pod (docs/gitops.md). Named `name`, selecting its own pods.
 fn deployment_in_git(name: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  labels: {{app: {name}}}
-spec:
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      containers:
-      - name: openmed-service
-        image: openmed/openmed-service:1.0.0
-"
-    )
+    let mut d = example("models/deployment.yaml").remove(0);
+    d["metadata"]["name"] = json!(name);
+    d["metadata"].as_object_mut().unwrap().remove("namespace");
+    let labels = json!({"app.kubernetes.io/name": name});
+    d["metadata"]["labels"] = labels.clone();
+    d["spec"]["selector"]["matchLabels"] = labels.clone();
+    d["spec"]["template"]["metadata"]["labels"] = labels;
+    yaml_stream(&[d])
 }
 
-/// The model as Git holds it, with its namespace (which `verify --status`
-/// matches against the cluster's).
-fn model_in_git(env: &Env, version: &str, annotations: &str) -> String {
-    let mut meta = format!("metadata:\n  name: svc\n  namespace: {}\n", env.ns.name);
-    if !annotations.is_empty() {
-        meta.push_str(&format!("  annotations:\n{annotations}"));
+/// The model as Git holds it (`examples/flux/models`), named `svc` in the
+/// test's namespace (which `verify --status` matches against the
+/// cluster's), with a short progress deadline.
+fn model_in_git(env: &Env, version: &str, annotations: &[(&str, &str)]) -> String {
+    let mut m = example("models/openmedmodel.yaml").remove(0);
+    m["metadata"]["name"] = json!("svc");
+    m["metadata"]["namespace"] = json!(env.ns.name);
+    for (key, value) in annotations {
+        m["metadata"]["annotations"][*key] = json!(value);
     }
-    model_yaml(
-        "svc",
-        version,
-        "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
-    )
-    .replace("metadata:\n  name: svc\n", &meta)
+    m["spec"]["version"] = json!(version);
+    m["spec"]["rolloutStrategy"]["progressDeadlineSeconds"] = json!(8);
+    yaml_stream(&[m])
 }
 
 /// A namespace synced from a new repository holding the Deployment and
@@ -289,7 +288,7 @@ async fn synced(prefix: &str) -> (Env, Repo, String) {
         "the service and its model",
         &[
             ("deployment.yaml", Some(&deployment_in_git("svc"))),
-            ("openmedmodel.yaml", Some(&model_in_git(&env, &v1, ""))),
+            ("openmedmodel.yaml", Some(&model_in_git(&env, &v1, &[]))),
         ],
     );
     env.apply(&flux_objects(&repo, &env.ns.name)).await;
@@ -405,7 +404,7 @@ fn a_commit_rolls_the_model_and_at_rest_flux_and_the_operator_write_nothing() {
         let pushed = Instant::now();
         let commit = repo.commit(
             "openmed: v2",
-            &[("openmedmodel.yaml", Some(&model_in_git(&env, &v2, "")))],
+            &[("openmedmodel.yaml", Some(&model_in_git(&env, &v2, &[])))],
         );
         // Until the model is Ready on v2, Flux must not say Ready for this
         // commit: its health check (kstatus) reads the operator's
@@ -483,7 +482,7 @@ fn a_failed_version_in_git_is_fixed_by_verify_without_a_new_rollout() {
         mark_unready(&env.client, &[&bad]).await;
         let commit = repo.commit(
             "openmed: a version that never warms",
-            &[("openmedmodel.yaml", Some(&model_in_git(&env, &bad, "")))],
+            &[("openmedmodel.yaml", Some(&model_in_git(&env, &bad, &[])))],
         );
         env.wait_rolled_back("svc").await;
         let failed = wait_flux(&env, "Flux to report the model failed", |f| {
@@ -545,10 +544,10 @@ fn a_rollback_committed_to_git_then_folded_into_the_version() {
         let v2 = env.version("v2");
         let to_v2 = repo.commit(
             "openmed: v2",
-            &[("openmedmodel.yaml", Some(&model_in_git(&env, &v2, "")))],
+            &[("openmedmodel.yaml", Some(&model_in_git(&env, &v2, &[])))],
         );
         wait_flux(&env, "v2 applied and healthy", |f| f.ready_at(&to_v2)).await;
-        let annotation = format!("    openmed.ai/rollback-to: {v1}\n");
+        let annotation = [("openmed.ai/rollback-to", v1.as_str())];
         let back = repo.commit(
             "openmed: roll back to v1",
             &[(
@@ -570,7 +569,7 @@ fn a_rollback_committed_to_git_then_folded_into_the_version() {
         // the annotation: nothing rolls again.
         let folded = repo.commit(
             "openmed: v1 is the version",
-            &[("openmedmodel.yaml", Some(&model_in_git(&env, &v1, "")))],
+            &[("openmedmodel.yaml", Some(&model_in_git(&env, &v1, &[])))],
         );
         wait_flux(&env, "Flux to apply the folded rollback", |f| {
             f.ready_at(&folded)
@@ -694,11 +693,13 @@ fn a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present()
         );
         assert!(route.contains("IfNotPresent"));
         let block = canary_block("[{weight: 20, pause: 5s}, {weight: 50}]", "");
+        let block: Value = serde_yaml::from_str(&format!("spec:\n{block}")).unwrap();
         let model = |version: &str| {
-            model_in_git(&env, version, "").replace(
-                "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
-                &block,
-            )
+            let mut m: Value = serde_yaml::from_str(&model_in_git(&env, version, &[])).unwrap();
+            for (key, value) in block["spec"].as_object().unwrap() {
+                m["spec"][key] = value.clone();
+            }
+            yaml_stream(&[m])
         };
         let repo = Repo::new(&env.ns.name);
         let first = repo.commit(
