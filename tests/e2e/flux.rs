@@ -40,6 +40,10 @@ pub fn trials() -> Vec<Trial> {
             removing_the_model_from_git_releases_the_deployment,
         ),
         trial(
+            "flux::rendered_snapshots_left_out_of_git_are_not_pruned",
+            rendered_snapshots_left_out_of_git_are_not_pruned,
+        ),
+        trial(
             "flux::a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present",
             a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present,
         ),
@@ -787,6 +791,87 @@ fn a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present()
             .map(|(r, _)| r)
             .collect();
         assert!(!reasons.iter().any(|r| r == "RouteDrift"), "{reasons:?}");
+        env.finish().await;
+    });
+}
+
+/// `openmed-op render` of the Deployment and the model at `version`, as a
+/// pipeline commits it for topology (b) (docs/gitops.md).
+fn rendered(env: &Env, version: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("deployment.yaml"), deployment_in_git("svc")).unwrap();
+    std::fs::write(
+        dir.path().join("openmedmodel.yaml"),
+        model_in_git(env, version, &[]),
+    )
+    .unwrap();
+    let out = Command::new(binary())
+        .args(["render", "-n", &env.ns.name])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "render: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The names of the snapshot ConfigMaps in `text` (a rendered stream).
+fn snapshots_in(text: &str) -> Vec<String> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|d| {
+            d["kind"] == "ConfigMap"
+                && d["metadata"]["annotations"]["kustomize.toolkit.fluxcd.io/prune"] == "disabled"
+        })
+        .map(|d| d["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn rendered_snapshots_left_out_of_git_are_not_pruned() {
+    block_on(async {
+        let env = Env::new("flux-rendered").await;
+        let (v1, v2) = (env.version("v1"), env.version("v2"));
+        let repo = Repo::new(&env.ns.name);
+        let first_render = rendered(&env, &v1);
+        let old = snapshots_in(&first_render);
+        assert_eq!(old.len(), 1, "{first_render}");
+        let first = repo.commit("rendered at v1", &[("rendered.yaml", Some(&first_render))]);
+        env.apply(&flux_objects(&repo, &env.ns.name)).await;
+        wait_flux(&env, "Flux to apply the rendered v1", |f| {
+            f.ready_at(&first)
+        })
+        .await;
+        env.wait_ready("svc", &v1).await;
+        let from = audit_log_end();
+        // The next render lists only v2's snapshot; with prune: true Flux
+        // deletes what left Git, but not an object marked prune: disabled.
+        let second_render = rendered(&env, &v2);
+        assert!(!snapshots_in(&second_render).contains(&old[0]));
+        let second = repo.commit("rendered at v2", &[("rendered.yaml", Some(&second_render))]);
+        wait_flux(&env, "Flux to apply the rendered v2", |f| {
+            f.ready_at(&second)
+        })
+        .await;
+        env.wait_ready("svc", &v2).await;
+        let deletes: Vec<_> =
+            writes_to("kustomize-controller", &env.ns.name, from, &["configmaps"])
+                .into_iter()
+                .filter(|(verb, _, _)| verb == "delete")
+                .collect();
+        assert_eq!(deletes, [], "Flux pruned a snapshot");
+        // Flux's own account of its garbage collection.
+        let log = std::fs::read_to_string(cluster_dir().join("logs/flux-kustomize-controller.log"))
+            .unwrap_or_default();
+        let skipped = format!("ConfigMap/{}/{} skipped", env.ns.name, old[0]);
+        assert!(log.contains(&skipped), "Flux's log lacks {skipped:?}");
+        assert!(
+            env.config_maps().get_opt(&old[0]).await.unwrap().is_some(),
+            "v1's snapshot stays for the rollback: the operator retains it"
+        );
         env.finish().await;
     });
 }
