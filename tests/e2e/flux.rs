@@ -325,9 +325,32 @@ async fn template_and_pods(env: &Env) -> (Value, Vec<String>) {
     (hash, names)
 }
 
+/// The completed requests about `namespace` after byte `from` of the
+/// audit log by a client whose User-Agent starts with `agent`.
+fn requests_by(agent: &str, namespace: &str, from: u64) -> Vec<Value> {
+    let text = std::fs::read(cluster_dir().join("logs/audit.log")).unwrap();
+    String::from_utf8_lossy(&text[from as usize..])
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["objectRef"]["namespace"] == namespace
+                && e["userAgent"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with(agent))
+        })
+        .collect()
+}
+
+fn is_dry_run(e: &Value) -> bool {
+    e["requestURI"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("dryRun=All")
+}
+
 /// Writes in the test's namespace after byte `from` of the audit log by
-/// a client whose User-Agent starts with `agent` (dry runs are not
-/// writes): (verb, resource, name).
+/// `agent` (dry runs are not writes): (verb, resource, name).
 fn writes_by(agent: &str, namespace: &str, from: u64) -> Vec<(String, String, String)> {
     writes_to(agent, namespace, from, &[])
 }
@@ -339,64 +362,38 @@ fn writes_to(
     from: u64,
     resources: &[&str],
 ) -> Vec<(String, String, String)> {
-    let text = std::fs::read(cluster_dir().join("logs/audit.log")).unwrap();
-    String::from_utf8_lossy(&text[from as usize..])
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    requests_by(agent, namespace, from)
+        .iter()
         .filter(|e| {
-            e["stage"] == "ResponseComplete"
-                && e["objectRef"]["namespace"] == namespace
-                && e["userAgent"]
-                    .as_str()
-                    .is_some_and(|u| u.starts_with(agent))
-                && ["create", "update", "patch", "delete"]
-                    .contains(&e["verb"].as_str().unwrap_or_default())
-                && !e["requestURI"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("dryRun=All")
+            ["create", "update", "patch", "delete"]
+                .contains(&e["verb"].as_str().unwrap_or_default())
+                && !is_dry_run(e)
                 && (resources.is_empty()
                     || resources.contains(&e["objectRef"]["resource"].as_str().unwrap_or_default()))
         })
         .map(|e| {
             let s = |k: &str| e["objectRef"][k].as_str().unwrap_or_default().to_owned();
+            let sub = s("subresource");
+            let resource = if sub.is_empty() {
+                s("resource")
+            } else {
+                format!("{}/{sub}", s("resource"))
+            };
             (
                 e["verb"].as_str().unwrap_or_default().to_owned(),
-                format!("{}{}", s("resource"), {
-                    let sub = s("subresource");
-                    if sub.is_empty() {
-                        sub
-                    } else {
-                        format!("/{sub}")
-                    }
-                }),
+                resource,
                 s("name"),
             )
         })
         .collect()
 }
 
-/// How many times Flux applied the namespace's objects (as dry runs, to
-/// find drift) after byte `from` of the audit log: one per reconcile of
-/// the OpenMedModel.
-fn flux_dry_runs_of_the_model(namespace: &str, from: u64) -> usize {
-    let text = std::fs::read(cluster_dir().join("logs/audit.log")).unwrap();
-    String::from_utf8_lossy(&text[from as usize..])
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| {
-            e["stage"] == "ResponseComplete"
-                && e["objectRef"]["namespace"] == namespace
-                && e["objectRef"]["resource"] == "openmedmodels"
-                && e["verb"] == "patch"
-                && e["userAgent"]
-                    .as_str()
-                    .is_some_and(|u| u.starts_with("kustomize-controller"))
-                && e["requestURI"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("dryRun=All")
-        })
+/// How many times Flux dry-ran its apply of `resource` (to find drift)
+/// after byte `from` of the audit log: one per reconcile that applies.
+fn flux_dry_runs(namespace: &str, resource: &str, from: u64) -> usize {
+    requests_by("kustomize-controller", namespace, from)
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == resource && e["verb"] == "patch" && is_dry_run(e))
         .count()
 }
 
@@ -461,7 +458,7 @@ fn a_commit_rolls_the_model_and_at_rest_flux_and_the_operator_write_nothing() {
         wait_for(
             "ten of Flux's reconciles at rest",
             Duration::from_secs(INTERVAL_S * 10 * 3),
-            || async { (flux_dry_runs_of_the_model(&env.ns.name, from) >= 10).then_some(()) },
+            || async { (flux_dry_runs(&env.ns.name, "openmedmodels", from) >= 10).then_some(()) },
         )
         .await;
         // Flux writes its own Kustomization's status and Events each time.
@@ -653,7 +650,7 @@ fn removing_the_model_from_git_releases_the_deployment() {
         wait_for(
             "three of Flux's reconciles",
             Duration::from_secs(INTERVAL_S * 10),
-            || async { (applies_since(&env, from) >= 3).then_some(()) },
+            || async { (flux_dry_runs(&env.ns.name, "deployments", from) >= 3).then_some(()) },
         )
         .await;
         assert_eq!(
@@ -662,24 +659,6 @@ fn removing_the_model_from_git_releases_the_deployment() {
         );
         env.finish().await;
     });
-}
-
-/// Flux's dry-run applies of the Deployment after byte `from`.
-fn applies_since(env: &Env, from: u64) -> usize {
-    let text = std::fs::read(cluster_dir().join("logs/audit.log")).unwrap();
-    String::from_utf8_lossy(&text[from as usize..])
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| {
-            e["stage"] == "ResponseComplete"
-                && e["objectRef"]["namespace"] == env.ns.name.as_str()
-                && e["objectRef"]["resource"] == "deployments"
-                && e["verb"] == "patch"
-                && e["userAgent"]
-                    .as_str()
-                    .is_some_and(|u| u.starts_with("kustomize-controller"))
-        })
-        .count()
 }
 
 fn a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present() {
@@ -754,7 +733,7 @@ fn a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present()
                 );
                 if c.step == 2 && w == (50, 50) && !promoted_by_test {
                     let since = *held_since.get_or_insert_with(audit_log_end);
-                    if flux_dry_runs_of_the_model(&env.ns.name, since) >= 2 {
+                    if flux_dry_runs(&env.ns.name, "openmedmodels", since) >= 2 {
                         assert!(!waits_for_promote || c.message.contains("step 2"));
                         env.annotate("svc", "openmed.ai/canary-promote", Some("flux-test"))
                             .await;
