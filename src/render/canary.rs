@@ -8,8 +8,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::api::Canary;
 use crate::api::rules::parse_duration;
-use crate::api::{Canary, StepKind};
 use crate::manifests::Model;
 use crate::rollout::route;
 use crate::source::Document;
@@ -66,25 +66,13 @@ pub fn report(model: &Model, docs: &[Document]) -> Option<CanaryReport> {
     let git = canary.route_doc.map(|r| &docs[r].value);
     let slots = git.and_then(|r| route::locate(r, traffic, &model.id.namespace).ok());
     let restore = slots.as_ref().map_or(route::step_weights(0), |s| s.weights);
-    let at_rest = route::Shape {
-        weights: restore,
-        mirror: None,
-    };
+    let at_rest = route::at_rest(restore);
     let mut steps = Vec::new();
     // The route as each patch leaves it: the next patch is computed from it,
     // as the operator computes it from the route it reads.
     let mut current = git.cloned().zip(slots.clone());
     for step in &spec.steps {
-        let next = match step.kind() {
-            StepKind::Weight(w) => route::Shape {
-                weights: route::step_weights(w),
-                mirror: None,
-            },
-            StepKind::Mirror(p) => route::Shape {
-                weights: restore,
-                mirror: Some(p),
-            },
-        };
+        let next = route::step_shape(step, restore);
         let patch = current
             .as_ref()
             .map(|(_, from)| route::shape_patch(from, traffic, next));

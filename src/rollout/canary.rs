@@ -419,12 +419,12 @@ impl Step<'_> {
             );
         }
         let restore = *c.restore_weights.get_or_insert(slots.weights);
-        let target = step_shape(&step, restore);
+        let target = route::step_shape(&step, restore);
         let seen = slots.shape();
         if c.step_start_time.is_none() {
             let before = match index {
-                0 => at_rest(restore),
-                _ => step_shape(&canary.steps[index - 1], restore),
+                0 => route::at_rest(restore),
+                _ => route::step_shape(&canary.steps[index - 1], restore),
             };
             if seen == target {
                 record_step(c, &step);
@@ -953,7 +953,7 @@ impl Step<'_> {
         };
         let ours = recorded_shape(&c, restore);
         let seen = slots.shape();
-        if seen == at_rest(restore) {
+        if seen == route::at_rest(restore) {
             back(&mut c, restore, &self.obs.now);
             self.status.canary = Some(c);
             true
@@ -962,7 +962,7 @@ impl Step<'_> {
             // not have landed; the weights shown are ours either way.
             self.writes.push(Write::PatchRoute {
                 name: traffic.http_route.clone(),
-                patch: route::shape_patch(&slots, &traffic, at_rest(restore)),
+                patch: route::shape_patch(&slots, &traffic, route::at_rest(restore)),
             });
             false
         } else {
@@ -1214,30 +1214,6 @@ fn route_moved(c: &CanaryStatus) -> bool {
     !c.state.is_over()
         || c.mirror.is_some()
         || c.restore_weights.is_some_and(|r| c.weight != r.canary)
-}
-
-/// The route's shape during `step`, from Git's weights `restore`: a
-/// weight step moves the weights, a mirror step keeps Git's weights and
-/// adds the mirror.
-fn step_shape(step: &crate::api::CanaryStep, restore: BackendWeights) -> route::Shape {
-    match step.kind() {
-        StepKind::Weight(w) => route::Shape {
-            weights: route::step_weights(w),
-            mirror: None,
-        },
-        StepKind::Mirror(p) => route::Shape {
-            weights: restore,
-            mirror: Some(p),
-        },
-    }
-}
-
-/// The route as Git has it: its weights, no mirror to the canary.
-fn at_rest(restore: BackendWeights) -> route::Shape {
-    route::Shape {
-        weights: restore,
-        mirror: None,
-    }
 }
 
 /// Records the step's weight and mirror before they are written.

@@ -12,7 +12,7 @@
 
 use serde_json::{Value, json};
 
-use crate::api::{BackendWeights, TrafficRef};
+use crate::api::{BackendWeights, CanaryStep, StepKind, TrafficRef};
 
 /// Where the two backends sit in the route, and their weights now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -294,6 +294,30 @@ fn mirror_filter(slots: &Slots, percent: i32) -> Value {
     }
     json!({"type": "RequestMirror",
            "requestMirror": {"backendRef": Value::Object(target), "percent": percent}})
+}
+
+/// The route's shape during `step`, from Git's weights `restore`: a
+/// weight step moves the weights, a mirror step keeps Git's weights and
+/// adds the mirror.
+pub fn step_shape(step: &CanaryStep, restore: BackendWeights) -> Shape {
+    match step.kind() {
+        StepKind::Weight(w) => Shape {
+            weights: step_weights(w),
+            mirror: None,
+        },
+        StepKind::Mirror(p) => Shape {
+            weights: restore,
+            mirror: Some(p),
+        },
+    }
+}
+
+/// The route as Git has it: its weights, no mirror to the canary.
+pub fn at_rest(restore: BackendWeights) -> Shape {
+    Shape {
+        weights: restore,
+        mirror: None,
+    }
 }
 
 /// The weights of a canary step: the canary gets `weight` percent.

@@ -101,13 +101,17 @@ cluster_sweep_netns() {
 # cluster_launch NAME BINARY ARGS...: starts a detached process (own session,
 # stdin from /dev/null, output appended to DIR/logs/NAME.log, no inherited
 # descriptors) that outlives this script, and records its pid.
+# LAUNCH_PID_DIR (default DIR/pids) and LAUNCH_LOG_PREFIX (default none)
+# let another set of processes (Flux's, tests/gitops/flux-lib.sh) keep its
+# own records.
 #
 # It returns once that pid runs the NAME binary (or has exited). Until then
 # the pid is still a subshell, or a wrapper that execs the binary later, and
 # cluster_pid would take it for a dead component and forget it: on a busy
 # machine that failed startups and left the component running, unrecorded.
 cluster_launch() {
-	local name=$1 log_file="$DIR/logs/$1.log" pid exe deadline
+	local name=$1 pid_dir="${LAUNCH_PID_DIR:-$DIR/pids}" pid exe deadline
+	local log_file="$DIR/logs/${LAUNCH_LOG_PREFIX:-}$1.log"
 	shift
 	printf '\n=== %s starting %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" >>"$log_file"
 	(
@@ -118,9 +122,9 @@ cluster_launch() {
 		exec setsid "$@"
 	) </dev/null >>"$log_file" 2>&1 &
 	pid=$!
-	echo "$pid" >"$DIR/pids/$name.pid"
+	echo "$pid" >"$pid_dir/$name.pid"
 	# The command line, so `restart` can start the same process again.
-	printf '%s\0' "$@" >"$DIR/pids/$name.cmd"
+	printf '%s\0' "$@" >"$pid_dir/$name.cmd"
 	deadline=$((SECONDS + 60))
 	while exe="$(_pid_exe "$pid")"; do
 		[ "$(basename "$exe")" != "$name" ] || return 0

@@ -196,13 +196,6 @@ fn example(file: &str) -> Vec<Value> {
         .collect()
 }
 
-fn yaml_stream(docs: &[Value]) -> String {
-    docs.iter()
-        .map(|d| serde_yaml::to_string(d).unwrap())
-        .collect::<Vec<_>>()
-        .join("---\n")
-}
-
 fn kustomizations(env: &Env) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization");
     let resource = ApiResource::from_gvk_with_plural(&gvk, "kustomizations");

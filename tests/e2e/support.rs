@@ -869,3 +869,11 @@ pub fn trial(name: &'static str, test: fn()) -> libtest_mimic::Trial {
         })
     })
 }
+
+/// Documents as one YAML stream, as `kubectl apply -f` and Git hold them.
+pub fn yaml_stream(docs: &[Value]) -> String {
+    docs.iter()
+        .map(|d| serde_yaml::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}

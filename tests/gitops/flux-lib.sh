@@ -30,35 +30,10 @@ flux_alive() { # NAME: the recorded process still runs
 	flux_pid "$1" >/dev/null
 }
 
-# flux_launch NAME BINARY ARGS...: starts a detached process (own session,
-# stdin from /dev/null, output appended to DIR/logs/flux-NAME.log, no
-# inherited descriptors) that outlives the script, records its pid in
-# DIR/flux/NAME.pid, and returns once that pid runs the NAME binary (or has
-# exited; the caller's wait reports that with the log).
+# flux_launch NAME BINARY ARGS...: cluster_launch (tests/cluster/state.sh)
+# with the pid in DIR/flux/NAME.pid and the output in DIR/logs/flux-NAME.log.
 flux_launch() {
-	local name=$1 log_file="$DIR/logs/flux-$1.log" pid exe deadline
-	shift
-	printf '\n=== %s starting %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$name" >>"$log_file"
-	(
-		for fd in "/proc/$BASHPID/fd/"*; do
-			fd="${fd##*/}"
-			if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
-		done
-		exec setsid "$@"
-	) </dev/null >>"$log_file" 2>&1 &
-	pid=$!
-	echo "$pid" >"$DIR/flux/$name.pid"
-	deadline=$((SECONDS + 60))
-	while exe="$(_pid_exe "$pid")"; do
-		[ "$(basename "$exe")" != "$name" ] || return 0
-		if [ "$SECONDS" -ge "$deadline" ]; then
-			log "$name (pid $pid) is still $exe after 60s; stopping it"
-			kill -KILL "$pid" 2>/dev/null || true
-			return 1
-		fi
-		sleep 0.05
-	done
-	return 0
+	LAUNCH_PID_DIR="$DIR/flux" LAUNCH_LOG_PREFIX=flux- cluster_launch "$@"
 }
 
 # flux_stop NAME: SIGTERM, then SIGKILL after 15 s; only a recorded process
@@ -77,7 +52,7 @@ flux_stop() {
 		kill -KILL "$pid" 2>/dev/null || true
 		for ((i = 0; i < 50; i++)); do _pid_running "$pid" || break; sleep 0.1; done
 	fi
-	rm -f "$DIR/flux/$1.pid"
+	rm -f "$DIR/flux/$1.pid" "$DIR/flux/$1.cmd"
 }
 
 # flux_port_free PORT: nothing listens on PORT.

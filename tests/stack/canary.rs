@@ -85,13 +85,6 @@ fn documents(file: &str) -> Vec<Value> {
         .collect()
 }
 
-fn yaml_stream(docs: &[Value]) -> String {
-    docs.iter()
-        .map(|d| serde_yaml::to_string(d).unwrap())
-        .collect::<Vec<_>>()
-        .join("---\n")
-}
-
 /// The example's Prometheus query with its range cut to `range`, for
 /// steps of seconds rather than minutes.
 fn with_range(query: &str, range: &str) -> String {
