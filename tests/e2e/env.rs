@@ -228,6 +228,23 @@ impl Env {
             .unwrap();
     }
 
+    /// Waits until the OpenMedModel `name` is gone (its finalizer done).
+    pub async fn wait_model_gone(&self, name: &str, deadline: Duration) {
+        wait_for(
+            &format!("OpenMedModel {name} to be gone"),
+            deadline,
+            || async {
+                self.models()
+                    .get_opt(name)
+                    .await
+                    .unwrap()
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     pub async fn finish(self) {
         let Env {
             ns, mut operator, ..

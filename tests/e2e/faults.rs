@@ -379,15 +379,7 @@ rules:
             "e2e-user",
         )
         .await;
-        wait_for("the resource to be gone", WAIT, || async {
-            env.models()
-                .get_opt("svc")
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        })
-        .await;
+        env.wait_model_gone("svc", WAIT).await;
         let live = serde_json::to_value(env.deployments().get("svc").await.unwrap()).unwrap();
         assert!(
             live.pointer("/spec/template/spec/containers/0/env/0/valueFrom")

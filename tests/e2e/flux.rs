@@ -610,15 +610,7 @@ fn removing_the_model_from_git_releases_the_deployment() {
         );
         let commit = repo.commit("openmed: no model", &[("openmedmodel.yaml", None)]);
         wait_flux(&env, "Flux to prune the model", |f| f.ready_at(&commit)).await;
-        wait_for("the OpenMedModel to be gone", ROLLOUT, || async {
-            env.models()
-                .get_opt("svc")
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        })
-        .await;
+        env.wait_model_gone("svc", ROLLOUT).await;
         // Released: the Deployment (still in Git) stays, without the
         // operator's mark; the operator deleted its snapshots itself once
         // no pod read them (Flux never prunes them: they carry
@@ -756,13 +748,11 @@ fn a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present()
             [],
             "Flux never wrote the route"
         );
-        let reasons: Vec<String> = env
-            .event_reasons("svc")
-            .await
-            .into_iter()
-            .map(|(r, _)| r)
-            .collect();
-        assert!(!reasons.iter().any(|r| r == "RouteDrift"), "{reasons:?}");
+        let reasons = env.event_reasons("svc").await;
+        assert!(
+            !reasons.iter().any(|(r, _)| r == "RouteDrift"),
+            "{reasons:?}"
+        );
         env.finish().await;
     });
 }

@@ -753,15 +753,7 @@ fn deletion_releases_the_target_and_keeps_the_deployment() {
             .delete("svc", &DeleteParams::default())
             .await
             .unwrap();
-        wait_for("the resource to be gone", ROLLOUT, || async {
-            env.models()
-                .get_opt("svc")
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        })
-        .await;
+        env.wait_model_gone("svc", ROLLOUT).await;
         assert!(
             env.config_maps()
                 .get_opt("svc-model-manifest")
@@ -838,15 +830,7 @@ fn deletion_with_an_invalid_spec_or_a_foreign_owner_completes() {
             .delete("svc", &DeleteParams::default())
             .await
             .unwrap();
-        wait_for("the invalid resource to be gone", ROLLOUT, || async {
-            env.models()
-                .get_opt("svc")
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        })
-        .await;
+        env.wait_model_gone("svc", ROLLOUT).await;
         assert!(
             env_entry(&env.deployment("svc").await, "openmed-service")
                 .get("valueFrom")
@@ -878,15 +862,7 @@ fn deletion_with_an_invalid_spec_or_a_foreign_owner_completes() {
             .delete("intruder", &DeleteParams::default())
             .await
             .unwrap();
-        wait_for("the intruder to be gone", ROLLOUT, || async {
-            env.models()
-                .get_opt("intruder")
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        })
-        .await;
+        env.wait_model_gone("intruder", ROLLOUT).await;
         let after = env.deployment("shared").await;
         assert_eq!(
             after["metadata"]["generation"],

@@ -67,15 +67,7 @@ fn deleting_one_of_two_models_serving_the_same_version_finishes() {
             .delete("svc-a", &DeleteParams::default())
             .await
             .unwrap();
-        wait_for("svc-a to be gone", WAIT, || async {
-            env.models()
-                .get_opt("svc-a")
-                .await
-                .unwrap()
-                .is_none()
-                .then_some(())
-        })
-        .await;
+        env.wait_model_gone("svc-a", WAIT).await;
         let left: Vec<String> = env
             .config_maps()
             .list(&ListParams::default())

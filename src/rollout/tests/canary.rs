@@ -1281,6 +1281,15 @@ fn a_drain_that_never_reads_zero_ends_at_its_timeout_with_a_warning() {
 }
 
 impl World {
+    /// Asks for v2 and makes the canary's pods ready on it, five seconds
+    /// on: the next decision takes the first step.
+    fn v2_warm(&mut self) {
+        self.set_version("v2");
+        self.reconcile();
+        self.canary_pods_ready();
+        self.now += 5;
+    }
+
     /// The main rule's filters, as the route shows them.
     fn filters(&self) -> Value {
         self.route.as_ref().unwrap()["spec"]["rules"][1]
@@ -1373,10 +1382,7 @@ fn a_mirror_step_copies_requests_before_any_is_served_and_its_filter_goes_with_t
 fn an_abort_in_a_mirror_step_removes_the_filter_before_the_canary_deployment_moves_back() {
     let mut w = World::canary_ready(json!([{"mirror": 100, "pause": "1m"}]), None);
     let git = w.route.clone().unwrap();
-    w.set_version("v2");
-    w.reconcile();
-    w.canary_pods_ready();
-    w.now += 5;
+    w.v2_warm();
     w.reconcile();
     assert_eq!(w.filters(), mirror_filter(100));
     w.resource
@@ -1398,10 +1404,7 @@ fn an_abort_in_a_mirror_step_removes_the_filter_before_the_canary_deployment_mov
 fn a_crash_between_recording_a_mirror_and_writing_it_still_removes_it() {
     let mut w = World::canary_ready(json!([{"mirror": 30, "pause": "1m"}]), None);
     let git = w.route.clone().unwrap();
-    w.set_version("v2");
-    w.reconcile();
-    w.canary_pods_ready();
-    w.now += 5;
+    w.v2_warm();
     // The decision records the step and asks for the patch; the patch is
     // lost, and the canary is aborted before the next decision.
     let d = w.decide();
@@ -1413,19 +1416,13 @@ fn a_crash_between_recording_a_mirror_and_writing_it_still_removes_it() {
     w.resource.status = d.status.clone();
     assert_eq!(w.canary_status().mirror, Some(30));
     // The filter landed after all (the write raced the crash).
-    let slots = route::locate(
-        w.route.as_ref().unwrap(),
-        &serde_json::from_value(json!({"httpRoute": "svc", "ruleName": "main",
-            "stableBackend": "svc", "canaryBackend": "svc-canary"}))
-        .unwrap(),
-        "ns",
-    )
+    let traffic = serde_json::from_value(json!({"httpRoute": "svc", "ruleName": "main",
+        "stableBackend": "svc", "canaryBackend": "svc-canary"}))
     .unwrap();
+    let slots = route::locate(w.route.as_ref().unwrap(), &traffic, "ns").unwrap();
     let patch = route::shape_patch(
         &slots,
-        &serde_json::from_value(json!({"httpRoute": "svc", "ruleName": "main",
-            "stableBackend": "svc", "canaryBackend": "svc-canary"}))
-        .unwrap(),
+        &traffic,
         route::Shape {
             weights: route::step_weights(0),
             mirror: Some(30),
@@ -1445,10 +1442,7 @@ fn a_crash_between_recording_a_mirror_and_writing_it_still_removes_it() {
 fn a_mirror_already_in_git_holds_the_canary_and_nothing_is_written() {
     let mut w = World::canary_ready(json!([{"mirror": 50, "pause": "30s"}]), None);
     w.route.as_mut().unwrap()["spec"]["rules"][1]["filters"] = mirror_filter(10);
-    w.set_version("v2");
-    w.reconcile();
-    w.canary_pods_ready();
-    w.now += 5;
+    w.v2_warm();
     w.reconcile();
     assert_eq!(w.route_writes(), 0);
     let c = w.canary_status();
@@ -1464,10 +1458,7 @@ fn a_mirror_already_in_git_holds_the_canary_and_nothing_is_written() {
 #[test]
 fn a_mirror_removed_by_another_writer_is_drift_not_rewritten() {
     let mut w = World::canary_ready(json!([{"mirror": 50, "pause": "1m"}]), None);
-    w.set_version("v2");
-    w.reconcile();
-    w.canary_pods_ready();
-    w.now += 5;
+    w.v2_warm();
     w.reconcile();
     assert_eq!(w.filters(), mirror_filter(50));
     // A GitOps tool puts Git's rule back.
