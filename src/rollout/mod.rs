@@ -405,6 +405,9 @@ struct Step<'a> {
     events: Vec<Event>,
     requeue_after: Option<Duration>,
     finished: bool,
+    /// When the rollout's Deployment write landed, on the API server's
+    /// clock, once the Deployment shows it.
+    landed: Option<Time>,
 }
 
 /// Which owned things differ from the plan.
@@ -442,6 +445,7 @@ impl<'a> Step<'a> {
             events: Vec::new(),
             requeue_after: None,
             finished: false,
+            landed: None,
         }
     }
 
@@ -457,6 +461,12 @@ impl<'a> Step<'a> {
                 reason::ERROR_RESOLVED,
                 "the last reconcile succeeded",
             );
+        }
+        if let Some(landed) = self.landed.take()
+            && self.status != *self.old
+        {
+            // The landed time rides with a status written anyway.
+            self.status.last_rollout_time = Some(landed);
         }
         Decision {
             status: self.status,
@@ -581,7 +591,7 @@ impl<'a> Step<'a> {
             // With no generation recorded, the last decision's own writes
             // have not all landed (a crash or an error cut them short):
             // finishing them is not a correction of someone else's change.
-            let unfinished = self.status.target_deployment_generation.is_none();
+            let unfinished = self.writes_unlanded(target);
             let noticed: Vec<&str> = changes
                 .snapshot
                 .iter()
@@ -602,12 +612,16 @@ impl<'a> Step<'a> {
         }
         if self.status.target_deployment_generation.is_none() {
             self.status.target_deployment_generation = target.metadata.generation;
-            // Judge the deadline on the server's clock: the time our write
-            // landed, as the API server recorded it, is what the Deployment
-            // controller's condition times are compared with.
             if let Some(landed) = progress::applied_at(target) {
                 self.status.last_rollout_time = Some(landed);
             }
+        }
+        // Judge the deadline on the server's clock: the time our write
+        // landed, as the API server recorded it, is what the Deployment
+        // controller's condition times are compared with. It is read from
+        // the Deployment, and the status takes it with its next write.
+        if self.status.target_deployment_generation == target.metadata.generation {
+            self.landed = progress::applied_at(target);
         }
         match &part {
             canary::Part::Hold(_) => {
@@ -1037,14 +1051,38 @@ impl<'a> Step<'a> {
     /// judge its progress by.
     fn write_fields(&mut self, wanted: &Plan, target: &Deployment, changes: &Changes) {
         // The generation to judge progress by is the one our write
-        // produces; the shell's next pass records it. Until then an unset
-        // generation also marks these writes as ours and unfinished. A
-        // metadata-only write leaves the generation, and the rollout's
-        // clock, as they are.
-        if self.push_writes(wanted, target, changes) {
+        // produces. The shell writes a Deployment only at the
+        // resourceVersion it was decided on, so one write that changes the
+        // spec produces exactly the observed generation plus one, and the
+        // status written before it can say so: no second status write once
+        // it lands. Until the Deployment reaches that generation, the
+        // writes are ours and unfinished. A strategy reset is a second
+        // spec write (whether the apply after it still changes the spec
+        // depends on the server's defaults), so it leaves the generation
+        // unset for the next pass to record. A metadata-only write leaves
+        // the generation, and the rollout's clock, as they are.
+        let before = self.writes.len();
+        let spec_written = self.push_writes(wanted, target, changes);
+        let resets = self.writes[before..]
+            .iter()
+            .any(|w| matches!(w, Write::MergePatchDeployment { .. }));
+        if spec_written && !resets {
+            self.status.target_deployment_generation =
+                Some(target.metadata.generation.unwrap_or(0) + 1);
+        } else if spec_written {
             self.status.target_deployment_generation = None;
         } else if self.status.target_deployment_generation.is_none() {
             self.status.target_deployment_generation = target.metadata.generation;
+        }
+    }
+
+    /// Whether the last decision's Deployment write has not landed (a crash
+    /// or an error cut it short): its generation is unset, or ahead of the
+    /// Deployment's.
+    fn writes_unlanded(&self, target: &Deployment) -> bool {
+        match self.status.target_deployment_generation {
+            None => true,
+            Some(recorded) => recorded > target.metadata.generation.unwrap_or(0),
         }
     }
 
@@ -1199,7 +1237,10 @@ impl<'a> Step<'a> {
 
     fn evaluate(&mut self, mode: Mode, desired: &Plan, wanted: &Plan, target: &Deployment) {
         let generation = self.status.target_deployment_generation.unwrap_or(0);
-        let since = self.status.last_rollout_time.clone();
+        let since = self
+            .landed
+            .clone()
+            .or_else(|| self.status.last_rollout_time.clone());
         let progress = progress::judge(target, generation, since.as_ref(), &self.obs.now);
         if let (Some(since), Progress::InProgress | Progress::NotObserved) = (&since, &progress) {
             // Look again when a deadline condition from before our write

@@ -1676,16 +1676,41 @@ fn a_crash_between_the_intent_and_the_write_converges_and_counts_once() {
 }
 
 #[test]
-fn a_crash_between_the_write_and_the_generation_record_converges() {
+fn the_intent_names_the_generation_its_write_produces_so_landing_needs_no_status_write() {
     let mut w = World::new(spec("v1"));
     let d = w.decide();
+    assert_eq!(
+        d.status.target_deployment_generation,
+        Some(2),
+        "the observed generation plus one, said before the write"
+    );
     w.resource.status = d.status;
     for write in &d.writes {
         w.execute(write);
     }
-    assert_eq!(w.status().target_deployment_generation, None);
-    w.reconcile();
+    let intent = w.status().clone();
+    let after = w.decide();
+    assert!(after.writes.is_empty());
+    assert_eq!(
+        after.status, intent,
+        "the write landing changes nothing in the status"
+    );
+}
+
+#[test]
+fn a_crash_before_the_deployment_write_lands_finishes_it_as_ours() {
+    let mut w = World::new(spec("v1"));
+    let d = w.decide();
+    w.resource.status = d.status;
+    // The status was written, then the operator stopped: no write landed.
+    let events = w.reconcile();
+    assert_eq!(
+        reasons(&events),
+        Vec::<&str>::new(),
+        "finishing our own write is not drift"
+    );
     assert_eq!(w.status().target_deployment_generation, Some(2));
+    assert_eq!(w.template_hash(), json!(w.status().manifest_hash));
 }
 
 #[test]
@@ -1937,6 +1962,13 @@ fn the_deadline_is_judged_on_the_servers_clock() {
     assert_ne!(w.status().phase, Some(Phase::Failed));
     w.pods_ready();
     assert_eq!(reasons(&w.reconcile()), [reason::ROLLBACK_SUCCEEDED]);
+    let landed = crate::rollout::progress::applied_at(&World::typed(w.dep()));
+    assert!(landed.is_some());
+    assert_eq!(
+        w.status().last_rollout_time,
+        landed,
+        "the status says when the write landed, on the server's clock"
+    );
 }
 
 #[test]
