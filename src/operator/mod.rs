@@ -16,6 +16,7 @@ mod metrics;
 mod model;
 mod probe;
 mod quality;
+mod recent;
 mod reconcile;
 mod retry;
 mod synced;
@@ -476,6 +477,7 @@ async fn run_scope(
         fence: fence.clone(),
         synced,
         prober: probe::Prober::new(),
+        written: recent::Written::default(),
     });
     {
         // Ready once every cache of this scope holds a full list, however

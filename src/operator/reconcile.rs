@@ -116,6 +116,8 @@ pub struct Context {
     pub synced: Arc<super::synced::Synced>,
     /// Runs canary checks.
     pub prober: super::probe::Prober,
+    /// What the operator wrote that the caches may not show yet.
+    pub written: super::recent::Written,
 }
 
 /// Reconciles one OpenMedModel (the controller's reconcile function).
@@ -128,6 +130,13 @@ pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, 
         return Ok(Action::await_change());
     }
     let _worker = ctx.metrics.worker();
+    // Our own last status write may be newer than the cache's copy.
+    let namespace = obj.namespace().unwrap_or_default();
+    let obj = ctx
+        .written
+        .models
+        .newest(&namespace, &obj.name_any(), Some(obj.clone()))
+        .unwrap_or(obj);
     let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     let api: Api<RawModel> =
         Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
@@ -142,7 +151,7 @@ pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, 
         // The finalizer first, so the target is never claimed by a
         // resource that could vanish without releasing it. Its own watch
         // event brings the resource back.
-        add_finalizer(&api, &obj)
+        add_finalizer(&api, &obj, ctx.as_ref())
             .await
             .map(|()| Action::await_change())
     } else {
@@ -248,7 +257,7 @@ async fn report_error(api: &Api<RawModel>, obj: &RawModel, error: &Error) {
     }
 }
 
-async fn add_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error> {
+async fn add_finalizer(api: &Api<RawModel>, obj: &RawModel, ctx: &Context) -> Result<(), Error> {
     // The resourceVersion makes the patch fail rather than overwrite a
     // list another writer changed meanwhile.
     let mut finalizers = obj.finalizers().to_vec();
@@ -257,12 +266,14 @@ async fn add_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error>
         "finalizers": finalizers,
         "resourceVersion": obj.resource_version(),
     }});
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    let stored = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    ctx.written.models.wrote(&stored);
     Ok(())
 }
 
@@ -328,6 +339,10 @@ impl Fresh {
         // In parallel: these reads sit on the path from a change to its write.
         let reads = names.iter().map(|n| deployments.get_opt(n));
         let found = futures::future::try_join_all(reads).await?;
+        found
+            .iter()
+            .flatten()
+            .for_each(|d| ctx.written.deployments.wrote(d));
         self.deployments.extend(names.into_iter().zip(found));
         let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
         let mut names = rollout::config_map_names(view);
@@ -343,6 +358,10 @@ impl Fresh {
         names.dedup();
         let reads = names.iter().map(|n| config_maps.get_opt(n));
         let found = futures::future::try_join_all(reads).await?;
+        found
+            .iter()
+            .flatten()
+            .for_each(|c| ctx.written.config_maps.wrote(c));
         self.config_maps.extend(names.into_iter().zip(found));
         Ok(())
     }
@@ -366,8 +385,9 @@ async fn read_route(
     Ok(read.map(|r| serde_json::to_value(r).expect("an HTTPRoute serializes")))
 }
 
-/// A Deployment by name: as read live in this reconcile, else from the
-/// cache, else read once now (a target not yet labelled is not cached).
+/// A Deployment by name: as read live in this reconcile, else the newer
+/// of the cache's and the operator's last write, else read once now (a
+/// target not yet labelled is not cached).
 async fn deployment_named(
     ctx: &Context,
     fresh: &mut Fresh,
@@ -377,8 +397,13 @@ async fn deployment_named(
     if let Some(d) = fresh.deployments.get(name) {
         return Ok(d.clone());
     }
-    if let Some(d) = ctx.deployments.get(&ObjectRef::new(name).within(namespace)) {
+    let cached = ctx.deployments.get(&ObjectRef::new(name).within(namespace));
+    let deleted = cached.is_some();
+    if let Some(d) = ctx.written.deployments.newest(namespace, name, cached) {
         return Ok(Some((*d).clone()));
+    }
+    if deleted {
+        return Ok(None);
     }
     let api = Api::namespaced(ctx.client.clone(), namespace);
     read_and_keep(&mut fresh.deployments, api, name).await
@@ -454,7 +479,6 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     let models: Api<RawModel> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut current = obj.clone();
     let mut fresh = Fresh::default();
-    let mut live = false;
     let mut refreshed = false;
     let mut last_writes = String::new();
     // A canary's checks, when due, run once, before the decisions that
@@ -479,19 +503,12 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
         let decision = decide(&view, &world, &measurements, &ctx.settings, now.clone());
-        if !decision.writes.is_empty() && !live {
-            // The resource itself is read live too: a lagging model cache
-            // hands out an older spec and status, and a decision on them
-            // would take the operator's own later writes for drift and
-            // undo them (a status left unchanged is not written, so no
-            // conflict would stop it).
-            let Some(stored) = read_all_live(&models, &current, ctx, &mut fresh).await? else {
-                return Ok(Action::await_change());
-            };
-            current = stored;
-            live = true;
-            continue;
-        }
+        // No read before a write: the caches, with the operator's own
+        // recent writes laid over them, are as new as anything this
+        // operator did, and every write carries a precondition (the
+        // resourceVersion or UID it was decided on), so a decision on
+        // something another writer changed meanwhile is refused and made
+        // again on live reads.
         let mut status = decision.status.clone();
         if !decision.writes.is_empty() {
             rollout::conditions::keep_error_report(&mut status, &view.status);
@@ -513,7 +530,6 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
                         return Ok(Action::await_change());
                     };
                     current = stored;
-                    live = true;
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -532,9 +548,20 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         // The writes first: the events tell people what happened and are
         // not on the path from a change to its writes. They are recorded
         // whatever the writes' outcome (the status already holds it).
-        let written = execute(&decision.writes, &namespace, ctx, &mut fresh).await;
+        let written = execute(&decision.writes, &namespace, ctx, &world, &mut fresh).await;
         record_events(ctx, &current, &decision).await;
-        written?;
+        match written {
+            // A precondition refused a write: what it was decided on has
+            // changed. Decide again, once, on live reads.
+            Err(Error::Api(kube::Error::Api(e))) if e.code == 409 && !refreshed => {
+                refreshed = true;
+                let Some(stored) = read_all_live(&models, &current, ctx, &mut fresh).await? else {
+                    return Ok(Action::await_change());
+                };
+                current = stored;
+            }
+            written => written?,
+        }
     }
     Err(Error::NotConverged(last_writes))
 }
@@ -550,6 +577,7 @@ async fn read_all_live(
     let Some(stored) = models.get_opt(&current.name_any()).await? else {
         return Ok(None);
     };
+    ctx.written.models.wrote(&stored);
     fresh.read_live(&stored.view(), ctx).await?;
     Ok(Some(stored))
 }
@@ -588,7 +616,7 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
             return Ok(Action::requeue(wait));
         }
         last_writes = describe(&decision.writes);
-        execute(&decision.writes, &namespace, ctx, &mut fresh).await?;
+        execute(&decision.writes, &namespace, ctx, &world, &mut fresh).await?;
     }
     Err(Error::NotConverged(last_writes))
 }
@@ -700,6 +728,19 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         .filter(|d| in_namespace(&d.metadata, namespace) && claims(d, &key))
         .map(|d| (d.name_any(), (*d).clone()))
         .collect();
+    for name in ctx.written.deployments.names_in(namespace) {
+        let cached = ctx
+            .deployments
+            .get(&ObjectRef::new(&name).within(namespace));
+        match ctx.written.deployments.newest(namespace, &name, cached) {
+            Some(d) if claims(&d, &key) => {
+                claimed.insert(name, (*d).clone());
+            }
+            _ => {
+                claimed.remove(&name);
+            }
+        }
+    }
     if let Some(t) = &target
         && claims(t, &key)
     {
@@ -741,6 +782,20 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
             .get(&ObjectRef::new(&name).within(namespace))
         {
             config_maps.insert(name, (*cm).clone());
+        }
+    }
+    for name in ctx.written.config_maps.names_in(namespace) {
+        let cached = ctx
+            .config_maps
+            .get(&ObjectRef::new(&name).within(namespace));
+        match ctx.written.config_maps.newest(namespace, &name, cached) {
+            Some(cm) if owns(&cm, view, &key) || config_maps.contains_key(&name) => {
+                config_maps.insert(name, (*cm).clone());
+            }
+            Some(_) => {}
+            None => {
+                config_maps.remove(&name);
+            }
         }
     }
     for (name, cm) in &fresh.config_maps {
@@ -856,24 +911,96 @@ async fn write_status(
         kind: KIND.to_owned(),
     });
     ctx.metrics.wrote("openmedmodels/status", "update");
-    api.replace_status(&current.name_any(), &PostParams::default(), &next)
-        .await
+    let stored = api
+        .replace_status(&current.name_any(), &PostParams::default(), &next)
+        .await?;
+    ctx.written.models.wrote(&stored);
+    Ok(stored)
 }
 
+/// The resourceVersions a decision saw, which its writes are conditioned
+/// on: a write to an object changed since fails with a conflict instead
+/// of undoing that change.
+struct Seen {
+    deployments: HashMap<String, Option<String>>,
+    config_maps: HashMap<String, Option<String>>,
+}
+
+impl Seen {
+    fn of(world: &World) -> Self {
+        let deployments = world
+            .target
+            .iter()
+            .chain(&world.canary_target)
+            .chain(&world.claimed)
+            .map(|d| (d.name_any(), d.resource_version()))
+            .collect();
+        let config_maps = world
+            .config_maps
+            .iter()
+            .map(|c| (c.name_any(), c.resource_version()))
+            .collect();
+        Seen {
+            deployments,
+            config_maps,
+        }
+    }
+
+    /// Notes what a write returned: the next write to it in the same
+    /// decision is conditioned on that.
+    fn deployment_written(&mut self, stored: &Deployment) {
+        self.deployments
+            .insert(stored.name_any(), stored.resource_version());
+    }
+}
+
+/// An apply body conditioned on `resource_version` (none: the object was
+/// not there when decided).
+fn at_version(body: &serde_json::Value, resource_version: Option<&String>) -> serde_json::Value {
+    let mut body = body.clone();
+    if let Some(rv) = resource_version {
+        body["metadata"]["resourceVersion"] = serde_json::Value::String(rv.clone());
+    }
+    body
+}
+
+/// Carries out a decision's writes in order, each conditioned on what the
+/// decision saw; stops at the first failure.
 async fn execute(
     writes: &[Write],
     namespace: &str,
     ctx: &Context,
+    world: &World,
     fresh: &mut Fresh,
 ) -> Result<(), Error> {
     let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let mut seen = Seen::of(world);
     for write in writes {
         match write {
             Write::ApplyConfigMap(cm) => {
                 let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
                 let name = cm.name_any();
-                ctx.metrics.wrote("configmaps", "apply");
-                let stored = api.patch(&name, &apply, &Patch::Apply(cm.as_ref())).await?;
+                let stored = match seen.config_maps.get(&name).cloned().flatten() {
+                    // Seen: applied at the version seen.
+                    Some(rv) => {
+                        let body = at_version(&serde_json::to_value(cm.as_ref())?, Some(&rv));
+                        ctx.metrics.wrote("configmaps", "apply");
+                        api.patch(&name, &apply, &Patch::Apply(&body)).await?
+                    }
+                    // Not seen: created, which fails if another writer's
+                    // ConfigMap has the name (the caches hold only ours).
+                    None => {
+                        let params = PostParams {
+                            field_manager: Some(FIELD_MANAGER.to_owned()),
+                            ..PostParams::default()
+                        };
+                        ctx.metrics.wrote("configmaps", "create");
+                        api.create(&params, cm.as_ref()).await?
+                    }
+                };
+                ctx.written.config_maps.wrote(&stored);
+                seen.config_maps
+                    .insert(name.clone(), stored.resource_version());
                 fresh.config_maps.insert(name, Some(stored));
             }
             Write::DeleteConfigMap { name, uid } => {
@@ -892,6 +1019,9 @@ async fn execute(
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => return Err(e.into()),
                 }
+                ctx.written
+                    .config_maps
+                    .deleted(namespace, name, uid.clone());
                 fresh.config_maps.insert(name.clone(), None);
             }
             Write::PatchRoute { name, patch } => {
@@ -915,7 +1045,10 @@ async fn execute(
                     field_manager: Some(FIELD_MANAGER.to_owned()),
                     ..PatchParams::default()
                 };
-                let stored = api.patch(name, &params, &Patch::Merge(patch)).await?;
+                let patch = at_version(patch, seen.deployments.get(name).and_then(Option::as_ref));
+                let stored = api.patch(name, &params, &Patch::Merge(&patch)).await?;
+                ctx.written.deployments.wrote(&stored);
+                seen.deployment_written(&stored);
                 fresh.deployments.insert(name.clone(), Some(stored));
             }
             Write::HandOverReplicas { name, replicas } => {
@@ -929,6 +1062,8 @@ async fn execute(
                 let params = PatchParams::apply(REPLICAS_HANDOVER_FIELD_MANAGER);
                 match api.patch(name, &params, &Patch::Apply(&body)).await {
                     Ok(stored) => {
+                        ctx.written.deployments.wrote(&stored);
+                        seen.deployment_written(&stored);
                         fresh.deployments.insert(name.clone(), Some(stored));
                     }
                     // Another manager set another value meanwhile and owns
@@ -944,8 +1079,11 @@ async fn execute(
             } => {
                 let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
                 ctx.metrics.wrote("deployments", "apply");
-                match api.patch(name, &apply, &Patch::Apply(body)).await {
+                let body = at_version(body, seen.deployments.get(name).and_then(Option::as_ref));
+                match api.patch(name, &apply, &Patch::Apply(&body)).await {
                     Ok(stored) => {
+                        ctx.written.deployments.wrote(&stored);
+                        seen.deployment_written(&stored);
                         fresh.deployments.insert(name.clone(), Some(stored));
                     }
                     // A Deployment deleted meanwhile needs no release: an

@@ -1,0 +1,291 @@
+//! What the operator wrote that its watch caches may not show yet.
+//!
+//! A write's own watch event wakes the resource again, and the caches of
+//! the other kinds may still hold the object as it was before the write: a
+//! decision on them would take the operator's own change for another
+//! writer's and write again. Reading every object live before each write
+//! prevented that, at several requests per write. Instead, every object a
+//! write returns is kept here until the cache holds it or something newer,
+//! and decisions look at the newer of the two.
+//!
+//! Newer is decided by resourceVersion. Kubernetes treated resourceVersions
+//! as opaque until 1.35 made them comparable (KEP-5504: decimal integers
+//! without leading zeros, ordered by value, per resource). A version that
+//! does not have that form compares as unknown, and the write is kept until
+//! it expires: correctness never rests on this memory, since every write
+//! carries a precondition (the resourceVersion or UID it was decided on) and
+//! a refused write is decided again on live reads. It only saves the
+//! requests of a decision that would be refused.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+
+/// How long a write is remembered at most: long enough for any watch to
+/// deliver it, short enough that objects which leave a cache's selector
+/// (a released Deployment) do not stay.
+const KEEP: Duration = Duration::from_secs(120);
+
+/// The operator's recent writes, per kind it decides on.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// OpenMedModels (finalizer and status writes).
+    pub models: Recent<super::RawModel>,
+    /// Deployments.
+    pub deployments: Recent<k8s_openapi::api::apps::v1::Deployment>,
+    /// ConfigMaps.
+    pub config_maps: Recent<k8s_openapi::api::core::v1::ConfigMap>,
+}
+
+/// Orders two resourceVersions when both are comparable (positive decimal
+/// integers without leading zeros).
+pub fn compare(a: &str, b: &str) -> Option<Ordering> {
+    let comparable =
+        |v: &str| !v.is_empty() && !v.starts_with('0') && v.bytes().all(|b| b.is_ascii_digit());
+    if !(comparable(a) && comparable(b)) {
+        return None;
+    }
+    Some(a.len().cmp(&b.len()).then_with(|| a.cmp(b)))
+}
+
+/// One remembered object, or the deletion of one.
+#[derive(Debug, Clone)]
+enum Kept<K> {
+    Object(Arc<K>),
+    /// Deleted by the operator: the object with this UID is gone even while
+    /// the cache still lists it.
+    Deleted {
+        uid: Option<String>,
+    },
+}
+
+#[derive(Debug)]
+struct Entry<K> {
+    kept: Kept<K>,
+    at: Instant,
+}
+
+/// Objects of one kind the operator wrote, by namespace and name.
+#[derive(Debug)]
+pub struct Recent<K> {
+    entries: Mutex<State<K>>,
+}
+
+#[derive(Debug)]
+struct State<K> {
+    by_name: HashMap<(String, String), Entry<K>>,
+    swept: Instant,
+}
+
+impl<K> Default for Recent<K> {
+    fn default() -> Self {
+        Recent {
+            entries: Mutex::new(State {
+                by_name: HashMap::new(),
+                swept: Instant::now(),
+            }),
+        }
+    }
+}
+
+fn key(namespace: &str, name: &str) -> (String, String) {
+    (namespace.to_owned(), name.to_owned())
+}
+
+impl<K: kube::Resource + Clone> Recent<K> {
+    /// Remembers what a write (or a live read) returned, unless a newer
+    /// copy is already kept.
+    pub fn wrote(&self, object: &K) {
+        let namespace = object.namespace().unwrap_or_default();
+        let name = object.name_any();
+        let mut state = self.entries.lock().expect("recent writes");
+        let now = Instant::now();
+        if now.duration_since(state.swept) > KEEP {
+            state
+                .by_name
+                .retain(|_, e| now.duration_since(e.at) <= KEEP);
+            state.swept = now;
+        }
+        let k = key(&namespace, &name);
+        let newer = match state.by_name.get(&k).map(|e| &e.kept) {
+            Some(Kept::Object(kept)) => {
+                compare(
+                    &kept.resource_version().unwrap_or_default(),
+                    &object.resource_version().unwrap_or_default(),
+                ) != Some(Ordering::Greater)
+            }
+            _ => true,
+        };
+        if newer {
+            let kept = Kept::Object(Arc::new(object.clone()));
+            state.by_name.insert(k, Entry { kept, at: now });
+        }
+    }
+
+    /// Remembers that the operator deleted the object with `uid`.
+    pub fn deleted(&self, namespace: &str, name: &str, uid: Option<String>) {
+        let mut state = self.entries.lock().expect("recent writes");
+        state.by_name.insert(
+            key(namespace, name),
+            Entry {
+                kept: Kept::Deleted { uid },
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// The newer of the cached object and the remembered one (`None`: the
+    /// operator deleted it, or neither exists). A remembered object the
+    /// cache has caught up with is forgotten.
+    pub fn newest(&self, namespace: &str, name: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
+        let mut state = self.entries.lock().expect("recent writes");
+        let k = key(namespace, name);
+        let Some(entry) = state.by_name.get(&k) else {
+            return cached;
+        };
+        let (kept_wins, forget) = match (&entry.kept, &cached) {
+            (Kept::Object(_), None) => (true, false),
+            (Kept::Object(kept), Some(c)) => match compare(
+                &c.resource_version().unwrap_or_default(),
+                &kept.resource_version().unwrap_or_default(),
+            ) {
+                Some(Ordering::Less) => (true, false),
+                Some(_) => (false, true),
+                // Not comparable: the same version is the same object;
+                // otherwise trust the write until it expires.
+                None => {
+                    let same = c.resource_version() == kept.resource_version();
+                    (!same, same)
+                }
+            },
+            (Kept::Deleted { uid }, Some(c)) => {
+                if c.uid() == *uid {
+                    (true, false)
+                } else {
+                    // Created again since: the cache is newer.
+                    (false, true)
+                }
+            }
+            (Kept::Deleted { .. }, None) => (true, true),
+        };
+        let expired = entry.at.elapsed() > KEEP;
+        let answer = if kept_wins && !expired {
+            match &entry.kept {
+                Kept::Object(kept) => Some(kept.clone()),
+                Kept::Deleted { .. } => None,
+            }
+        } else {
+            cached
+        };
+        if forget || expired {
+            state.by_name.remove(&k);
+        }
+        answer
+    }
+
+    /// Names of the objects kept in `namespace`, for decisions that look
+    /// at every object of a kind there.
+    pub fn names_in(&self, namespace: &str) -> Vec<String> {
+        let state = self.entries.lock().expect("recent writes");
+        state
+            .by_name
+            .keys()
+            .filter(|(ns, _)| ns == namespace)
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+
+    /// How many objects are kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.lock().expect("recent writes").by_name.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(rv: &str, uid: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("m".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                uid: Some(uid.into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    fn rv(found: Option<Arc<ConfigMap>>) -> Option<String> {
+        found.and_then(|c| c.metadata.resource_version.clone())
+    }
+
+    #[test]
+    fn resource_versions_compare_by_value_and_only_when_well_formed() {
+        assert_eq!(compare("9", "10"), Some(Ordering::Less));
+        assert_eq!(compare("123", "123"), Some(Ordering::Equal));
+        assert_eq!(compare("1000", "999"), Some(Ordering::Greater));
+        assert_eq!(compare("", "1"), None);
+        assert_eq!(compare("01", "1"), None);
+        assert_eq!(compare("0", "1"), None);
+        assert_eq!(compare("12a", "1"), None);
+    }
+
+    #[test]
+    fn a_write_is_seen_until_the_cache_catches_up_then_forgotten() {
+        let recent = Recent::default();
+        recent.wrote(&cm("10", "u"));
+        let stale = Some(Arc::new(cm("9", "u")));
+        assert_eq!(
+            rv(recent.newest("ns", "m", stale.clone())),
+            Some("10".into())
+        );
+        assert_eq!(rv(recent.newest("ns", "m", None)), Some("10".into()));
+        assert_eq!(recent.len(), 1);
+        let caught_up = Some(Arc::new(cm("12", "u")));
+        assert_eq!(rv(recent.newest("ns", "m", caught_up)), Some("12".into()));
+        assert_eq!(recent.len(), 0, "forgotten once the cache holds it");
+        assert_eq!(rv(recent.newest("ns", "m", stale)), Some("9".into()));
+    }
+
+    #[test]
+    fn an_older_write_never_replaces_a_newer_one() {
+        let recent = Recent::default();
+        recent.wrote(&cm("20", "u"));
+        recent.wrote(&cm("19", "u"));
+        assert_eq!(rv(recent.newest("ns", "m", None)), Some("20".into()));
+    }
+
+    #[test]
+    fn a_deletion_hides_the_cached_object_with_its_uid_only() {
+        let recent = Recent::<ConfigMap>::default();
+        recent.deleted("ns", "m", Some("u".into()));
+        assert!(
+            recent
+                .newest("ns", "m", Some(Arc::new(cm("5", "u"))))
+                .is_none()
+        );
+        let again = Some(Arc::new(cm("7", "v")));
+        assert_eq!(rv(recent.newest("ns", "m", again)), Some("7".into()));
+        assert_eq!(recent.len(), 0);
+    }
+
+    #[test]
+    fn versions_that_do_not_compare_trust_the_write_unless_equal() {
+        let recent = Recent::default();
+        recent.wrote(&cm("b", "u"));
+        let other = Some(Arc::new(cm("a", "u")));
+        assert_eq!(rv(recent.newest("ns", "m", other)), Some("b".into()));
+        let same = Some(Arc::new(cm("b", "u")));
+        assert_eq!(rv(recent.newest("ns", "m", same)), Some("b".into()));
+        assert_eq!(recent.len(), 0);
+    }
+}
