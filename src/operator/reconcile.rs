@@ -170,7 +170,14 @@ pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, 
         ctx.metrics.in_backoff(failures.len());
     }
     if let Err(e) = &result {
-        report_error(&api, &obj, e).await;
+        // The status as this reconcile left it: a copy from before its own
+        // status writes would only be refused.
+        let latest = ctx
+            .written
+            .models
+            .newest(&namespace, &obj.name_any(), Some(obj.clone()))
+            .unwrap_or(obj);
+        report_error(&api, &latest, e, &ctx).await;
     }
     result
 }
@@ -212,7 +219,7 @@ pub fn backoff(failures: u32) -> Duration {
 /// (best effort: the API may be what failed). The message names only the
 /// error's category and code, so a repeat of the same failure is a no-op
 /// write that wakes nobody.
-async fn report_error(api: &Api<RawModel>, obj: &RawModel, error: &Error) {
+async fn report_error(api: &Api<RawModel>, obj: &RawModel, error: &Error, ctx: &Context) {
     if obj.metadata.deletion_timestamp.is_some() {
         return;
     }
@@ -249,11 +256,12 @@ async fn report_error(api: &Api<RawModel>, obj: &RawModel, error: &Error) {
         api_version: API_VERSION.to_owned(),
         kind: KIND.to_owned(),
     });
-    if let Err(e) = api
+    match api
         .replace_status(&obj.name_any(), &PostParams::default(), &next)
         .await
     {
-        warn!(error = %e, "could not report the error in the Reconciling condition");
+        Ok(stored) => ctx.written.models.wrote(&stored),
+        Err(e) => warn!(error = %e, "could not report the error in the Reconciling condition"),
     }
 }
 
@@ -568,6 +576,12 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
 
 /// Reads the resource live, then every object a decision about it looks
 /// at (`None`: the resource is gone).
+///
+/// Called after a refused write, so what this reconcile read or wrote
+/// before is forgotten first: the object a precondition was refused on is
+/// among it (the Deployment controller writes a Deployment's status right
+/// after every write of its spec), and keeping it would only see the same
+/// write refused again.
 async fn read_all_live(
     models: &Api<RawModel>,
     current: &RawModel,
@@ -578,6 +592,7 @@ async fn read_all_live(
         return Ok(None);
     };
     ctx.written.models.wrote(&stored);
+    *fresh = Fresh::default();
     fresh.read_live(&stored.view(), ctx).await?;
     Ok(Some(stored))
 }
