@@ -31,6 +31,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             steps_then_promotes_and_the_route_ends_as_in_git,
         ),
         trial(
+            "canary::a_resource_at_rest_with_a_canary_block_sends_no_requests",
+            a_resource_at_rest_with_a_canary_block_sends_no_requests,
+        ),
+        trial(
             "canary::a_version_that_never_warms_aborts_with_the_weights_never_moved",
             a_version_that_never_warms_aborts_with_the_weights_never_moved,
         ),
@@ -387,6 +391,32 @@ fn steps_then_promotes_and_the_route_ends_as_in_git() {
                 "{r} missing from {reasons:?}"
             );
         }
+        env.finish().await;
+    });
+}
+
+/// A canary block costs nothing while no canary runs: the route is read
+/// only while weights or a mirror may be on it, so a resource at rest sends
+/// no request on any of its resyncs (the route's own changes still reach
+/// it through the watch).
+fn a_resource_at_rest_with_a_canary_block_sends_no_requests() {
+    block_on(async {
+        let (env, _) = stage("canary-rest", "[{weight: 10, pause: 3s}]", "", &[]).await;
+        // Let the last writes of the first rollout settle into the caches.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let start = audit_log_end();
+        // Ten resync periods of 2 s at rest.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let requests: Vec<String> = operator_requests(&env.ns.name, start)
+            .iter()
+            .filter(|e| e["verb"] != "watch")
+            .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+            .collect();
+        assert!(
+            requests.is_empty(),
+            "the operator sent requests for a resource at rest:\n{}",
+            requests.join("\n")
+        );
         env.finish().await;
     });
 }
