@@ -42,6 +42,12 @@ use crate::rollout::{self, Decision, Observed, ResourceView, Rival, Settings, Wr
 /// Passes of decide-and-write in one reconcile; a decision needs at most
 /// four (intent, writes, record the generation, tidy the ConfigMaps).
 const MAX_PASSES: usize = 6;
+/// Live re-reads after refused writes in one reconcile. A Deployment just
+/// created or just written has its status written by its controller a few
+/// times within a second, so a write may be refused twice in a row on
+/// nothing but that; a third refusal backs off like any failure. With the
+/// four passes a decision needs, this fits in [`MAX_PASSES`].
+const MAX_REFRESHES: usize = 2;
 
 /// How long a reconcile waits for the caches to hold a full list.
 const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -487,7 +493,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     let models: Api<RawModel> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut current = obj.clone();
     let mut fresh = Fresh::default();
-    let mut refreshed = false;
+    let mut refreshes = 0;
     let mut last_writes = String::new();
     // A canary's checks, when due, run once, before the decisions that
     // judge them.
@@ -521,8 +527,27 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         if !decision.writes.is_empty() {
             rollout::conditions::keep_error_report(&mut status, &view.status);
         }
+        // What goes out with the status rather than after it, and its
+        // outcome: a new snapshot, which nothing reads until the
+        // Deployment names it, so the reaction to a new version waits for
+        // two writes in a row (intent and snapshot together, then the
+        // Deployment) instead of three.
+        let mut alongside: Result<(), Error> = Ok(());
+        let mut after_status: &[Write] = &decision.writes;
         if status != view.status {
-            match write_status(&models, &current, &status, ctx).await {
+            let n = decision
+                .writes
+                .iter()
+                .take_while(|w| w.unread_until_named())
+                .count();
+            let (early, rest) = decision.writes.split_at(n);
+            after_status = rest;
+            let (stored, early_written) = tokio::join!(
+                write_status(&models, &current, &status, ctx),
+                execute(early, &namespace, ctx, &world, &mut fresh),
+            );
+            alongside = early_written;
+            match stored {
                 Ok(written) => current = written,
                 // A conflict means this copy is stale: another writer, or a
                 // watch that lags or broke (after an API server restart the
@@ -530,9 +555,9 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
                 // conflicting again). Decide once more from the stored
                 // object, and the objects it names (a newer spec names
                 // another snapshot), instead of waiting for the watch; a
-                // second conflict is an error that backs off.
-                Err(kube::Error::Api(e)) if e.code == 409 && !refreshed => {
-                    refreshed = true;
+                // conflict after MAX_REFRESHES is an error that backs off.
+                Err(kube::Error::Api(e)) if e.code == 409 && refreshes < MAX_REFRESHES => {
+                    refreshes += 1;
                     let Some(stored) = read_all_live(&models, &current, ctx, &mut fresh).await?
                     else {
                         return Ok(Action::await_change());
@@ -556,13 +581,16 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         // The writes first: the events tell people what happened and are
         // not on the path from a change to its writes. They are recorded
         // whatever the writes' outcome (the status already holds it).
-        let written = execute(&decision.writes, &namespace, ctx, &world, &mut fresh).await;
+        let written = match alongside {
+            Ok(()) => execute(after_status, &namespace, ctx, &world, &mut fresh).await,
+            failed => failed,
+        };
         record_events(ctx, &current, &decision).await;
         match written {
             // A precondition refused a write: what it was decided on has
-            // changed. Decide again, once, on live reads.
-            Err(Error::Api(kube::Error::Api(e))) if e.code == 409 && !refreshed => {
-                refreshed = true;
+            // changed. Decide again on live reads.
+            Err(Error::Api(kube::Error::Api(e))) if e.code == 409 && refreshes < MAX_REFRESHES => {
+                refreshes += 1;
                 let Some(stored) = read_all_live(&models, &current, ctx, &mut fresh).await? else {
                     return Ok(Action::await_change());
                 };

@@ -212,6 +212,20 @@ pub enum Write {
     },
 }
 
+impl Write {
+    /// Whether nothing reads what this write makes until a later write
+    /// names it: a new immutable snapshot, which pods see only once the
+    /// Deployment's template references it. Such a write may go out
+    /// alongside the status that records the decision's intent instead of
+    /// after it: if that status is refused or the operator stops between
+    /// the two, all that is left is a snapshot nobody references, which
+    /// the next decision writes again (the same name and content) or
+    /// tidies with the others.
+    pub fn unread_until_named(&self) -> bool {
+        matches!(self, Write::ApplyConfigMap(cm) if cm.immutable == Some(true))
+    }
+}
+
 /// Kubernetes event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {

@@ -626,6 +626,10 @@ fn a_new_resource_rolls_out_its_version() {
         w.writes[1],
         Write::ApplyDeployment { release: false, .. }
     ));
+    // Only the snapshot may go out alongside the intent; the Deployment
+    // that names it waits for the intent to be stored.
+    let alongside: Vec<bool> = w.writes.iter().map(Write::unread_until_named).collect();
+    assert_eq!(alongside, [true, false]);
     let s = w.status();
     assert_eq!(s.phase, Some(Phase::RollingOut));
     assert_eq!(s.desired_version.as_deref(), Some("v1"));
