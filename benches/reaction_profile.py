@@ -10,9 +10,9 @@ into:
 - notice: from the answer to the harness's patch to the operator's first
   request about that resource (the watch delivering the change, the work
   queue, the caches' lookups and the decision);
-- writes: the time the API server spent answering the operator's writes up
-  to and including the Deployment's (status, snapshot ConfigMap,
-  Deployment);
+- writes: the time some write of the operator's was in flight, up to and
+  including the Deployment's (the status and the snapshot ConfigMap, sent
+  together, then the Deployment);
 - between: the operator's own time between those writes.
 
 Usage:
@@ -61,6 +61,16 @@ def requests(path, since):
             "answered": when(event["stageTimestamp"]),
             "code": event.get("responseStatus", {}).get("code"),
         }
+
+
+def busy(intervals):
+    """The time some request was in flight: writes sent together count once."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
 
 
 def percentile(values, p):
@@ -112,7 +122,7 @@ def main():
             continue
         path = mine[: deployment + 1]
         notice = path[0]["received"] - patch["answered"]
-        writes = sum(r["answered"] - r["received"] for r in path)
+        writes = busy([(r["received"], r["answered"]) for r in path])
         total = path[-1]["answered"] - patch["answered"]
         reactions.append(
             {
