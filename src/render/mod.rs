@@ -12,11 +12,13 @@
 pub mod canary;
 pub mod krm;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::io;
 
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::findings::Finding;
 use crate::manifests::{self, Model};
@@ -225,24 +227,55 @@ fn order_keys(value: &mut Value, first: &[&str]) {
     *map = ordered;
 }
 
-/// A YAML stream, documents separated by `---`.
-pub fn to_yaml(documents: &[Value]) -> String {
-    let mut out = String::new();
-    for (i, doc) in documents.iter().enumerate() {
+/// Writes `documents` as a YAML stream, separated by `---`, each as it
+/// comes.
+pub fn write_yaml(
+    out: &mut impl io::Write,
+    documents: impl IntoIterator<Item = Value>,
+) -> io::Result<()> {
+    for (i, doc) in documents.into_iter().enumerate() {
         if i > 0 {
-            out.push_str("---\n");
+            out.write_all(b"---\n")?;
         }
-        out.push_str(&crate::source::yaml::write::document(doc));
+        out.write_all(crate::source::yaml::write::document(&doc).as_bytes())?;
     }
-    out
+    Ok(())
 }
 
-/// A `v1` `List` holding the documents, as `kubectl get -o json` prints several objects.
-pub fn to_json(documents: &[Value]) -> String {
-    let list = json!({ "apiVersion": "v1", "kind": "List", "items": documents });
-    let mut out = serde_json::to_string_pretty(&list).expect("JSON values serialize");
-    out.push('\n');
-    out
+/// Writes `documents` as a `v1` `List`, as `kubectl get -o json` prints
+/// several objects, each item as it comes: the same bytes as the list
+/// built whole and printed by `serde_json::to_string_pretty`, then a
+/// newline.
+pub fn write_json(
+    out: &mut impl io::Write,
+    documents: impl IntoIterator<Item = Value>,
+) -> io::Result<()> {
+    /// The items, serialized as a sequence straight from the iterator.
+    struct Items<I>(RefCell<Option<I>>);
+    impl<I: Iterator<Item = Value>> Serialize for Items<I> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let items = self
+                .0
+                .borrow_mut()
+                .take()
+                .expect("the list is written once");
+            serializer.collect_seq(items)
+        }
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase", bound = "I: Iterator<Item = Value>")]
+    struct List<I> {
+        api_version: &'static str,
+        kind: &'static str,
+        items: Items<I>,
+    }
+    let list = List {
+        api_version: "v1",
+        kind: "List",
+        items: Items(RefCell::new(Some(documents.into_iter()))),
+    };
+    serde_json::to_writer_pretty(&mut *out, &list)?;
+    out.write_all(b"\n")
 }
 
 /// The `--summary` table.
@@ -288,4 +321,51 @@ pub fn summary_table(rows: &[SummaryRow]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The YAML stream as it was printed before it streamed: built whole.
+    fn whole_yaml(documents: &[Value]) -> String {
+        let mut out = String::new();
+        for (i, doc) in documents.iter().enumerate() {
+            if i > 0 {
+                out.push_str("---\n");
+            }
+            out.push_str(&crate::source::yaml::write::document(doc));
+        }
+        out
+    }
+
+    /// The JSON list as it was printed before it streamed: built whole.
+    fn whole_json(documents: &[Value]) -> String {
+        let list = json!({ "apiVersion": "v1", "kind": "List", "items": documents });
+        serde_json::to_string_pretty(&list).unwrap() + "\n"
+    }
+
+    #[test]
+    fn a_streamed_list_or_stream_has_the_bytes_of_the_whole_one() {
+        let samples = [
+            vec![],
+            vec![json!({})],
+            vec![json!({"kind": "A", "items": []})],
+            vec![
+                json!({"z": 1, "a": {"b": [1, {"c": "x\ny", "d": []}], "e": {}}, "f": null}),
+                json!({"text": "\"quoted\" \u{e9} \u{1F600}", "n": -1.5, "t": true}),
+                json!({"last": [[], [{}], "s"]}),
+            ],
+        ];
+        for documents in samples {
+            let mut yaml = Vec::new();
+            write_yaml(&mut yaml, documents.clone()).unwrap();
+            assert_eq!(String::from_utf8(yaml).unwrap(), whole_yaml(&documents));
+            let mut list = Vec::new();
+            write_json(&mut list, documents.clone()).unwrap();
+            assert_eq!(String::from_utf8(list).unwrap(), whole_json(&documents));
+        }
+    }
 }
