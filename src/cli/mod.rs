@@ -913,10 +913,11 @@ fn render_once(args: &RenderArgs) -> u8 {
                     }
                 })
             } else {
-                // Each document is written as it comes, and dropped.
+                // The whole input is valid: the stream is written as it is
+                // laid out, never held whole.
                 write_stream(|out| match args.output {
-                    Format::Yaml => render::write_yaml(out, rendered.documents),
-                    Format::Json => render::write_json(out, rendered.documents),
+                    Format::Yaml => render::write_yaml(out, rendered.documents()),
+                    Format::Json => render::write_json(out, rendered.documents()),
                 })
             };
             exit_after(written, EXIT_OK)
