@@ -97,8 +97,25 @@ pub fn namespace_of<'a>(doc: &'a Document, default_namespace: &'a str) -> &'a st
 /// Validates and plans every OpenMedModel in `docs`. Documents without a
 /// namespace are taken to be in `default_namespace`, as kubectl would.
 pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
+    let mut models = Vec::new();
+    let findings = resolve_each(docs, default_namespace, |model| models.push(model));
+    Resolved { models, findings }
+}
+
+/// [`resolve`], handing each valid model to `keep` as soon as it is judged
+/// (in document order) instead of holding them all, and returning the
+/// findings. A caller that needs only part of each [`Model`] keeps only
+/// that: a plan holds several objects, and a set may hold many thousands.
+/// The judgement is the same. Every valid model is handed over even when
+/// other documents have findings; what such a set is worth is the caller's
+/// to say (for `render`, nothing).
+pub fn resolve_each(
+    docs: &[Document],
+    default_namespace: &str,
+    mut keep: impl FnMut(Model),
+) -> Vec<Finding> {
     let index = Index::build(docs, default_namespace);
-    let mut resolved = Resolved::default();
+    let mut findings = Vec::new();
     let mut deployment_owner: HashMap<(String, String), usize> = HashMap::new();
     let mut config_map_owner: HashMap<(String, String), usize> = HashMap::new();
 
@@ -109,7 +126,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
         let namespace = namespace_of(doc, default_namespace).to_owned();
         let display = format!("{namespace}/{}", doc.name().unwrap_or("<unnamed>"));
         if doc.api_version() != Some(api::API_VERSION) {
-            resolved.findings.push(
+            findings.push(
                 Finding::error(
                     &doc.at("apiVersion"),
                     rule::UNSUPPORTED_VERSION,
@@ -146,7 +163,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
             Ok(spec) => spec,
             Err(errors) => {
                 for e in errors {
-                    resolved.findings.push(
+                    findings.push(
                         Finding::error(&doc.at(&e.path), rule::INVALID_SPEC, e.message)
                             .resource(&display)
                             .field(e.path),
@@ -173,7 +190,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
         if let Some(t) = target_doc
             && let Err(missing) = plan.deployment.apply_to(&mut docs[t].value.clone())
         {
-            resolved.findings.push(
+            findings.push(
                 Finding::error(
                     &doc.at("spec.targetRef"),
                     rule::CONTAINER_NOT_FOUND,
@@ -186,7 +203,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
         }
         let deployment_key = (namespace.clone(), plan.deployment.name.clone());
         if let Some(&first) = deployment_owner.get(&deployment_key) {
-            resolved.findings.push(conflict(
+            findings.push(conflict(
                 doc,
                 &display,
                 &docs[first],
@@ -198,7 +215,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
         let config_map_name = plan.config_map.metadata.name.clone().unwrap_or_default();
         let config_map_key = (namespace.clone(), config_map_name.clone());
         if let Some(&first) = config_map_owner.get(&config_map_key) {
-            resolved.findings.push(conflict(
+            findings.push(conflict(
                 doc,
                 &display,
                 &docs[first],
@@ -221,7 +238,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
                 .and_then(|a| a.get(api::names::MODEL_RESOURCE_ANNOTATION))
                 .and_then(Value::as_str);
             if owner != Some(id.key().as_str()) {
-                resolved.findings.push(
+                findings.push(
                     Finding::error(
                         &doc.at("spec"),
                         rule::TARGET_CONFLICT,
@@ -245,10 +262,10 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
         if let Some(c) = &canary {
             let found = check_canary(docs, &index, doc, &display, &namespace, &plan, c);
             ok &= found.is_empty();
-            resolved.findings.extend(found);
+            findings.extend(found);
             let key = (namespace.clone(), c.plan.deployment.name.clone());
             if let Some(&first) = deployment_owner.get(&key) {
-                resolved.findings.push(
+                findings.push(
                     conflict(doc, &display, &docs[first], "Deployment", &key.1)
                         .field("spec.canary.targetRef.name"),
                 );
@@ -259,7 +276,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
         deployment_owner.entry(deployment_key).or_insert(i);
         config_map_owner.entry(config_map_key).or_insert(i);
         if ok {
-            resolved.models.push(Model {
+            keep(Model {
                 doc: i,
                 id,
                 plan,
@@ -270,7 +287,7 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
             });
         }
     }
-    resolved
+    findings
 }
 
 /// What the set says against a canary: the canary Deployment, the route

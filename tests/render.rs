@@ -866,3 +866,250 @@ fn help_about_help_and_the_exit_codes() {
         stdout(&out)
     );
 }
+
+// Output at size: the same bytes, in the same order, for a large input that
+// mixes every kind of document render treats differently.
+
+/// One generated workload of `models` OpenMedModels over `models / 50`
+/// namespaces: targets before, after, in another file and absent; canaries
+/// with and without their route; autoscalers; explicit, long and reused
+/// ConfigMap names; owner UIDs; documents render does not own, with text
+/// that needs quoting; empty documents.
+fn mixed_workload(models: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: String, text: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+    };
+    let tiers = [
+        "Tiny",
+        "Small",
+        "Medium",
+        "Base",
+        "Large",
+        "XLarge",
+        "Accurate-XLarge",
+    ];
+    for i in 0..models {
+        let team = i % (models / 50).max(1);
+        let name = if i % 97 == 5 {
+            format!("{}{i:05}", "a".repeat(55))
+        } else {
+            format!("svc-{i:05}")
+        };
+        // Every tenth resource takes the default namespace.
+        let namespace = if i % 10 == 9 {
+            String::new()
+        } else {
+            format!("  namespace: team-{team:02}\n")
+        };
+        let (target, container) = if i % 17 == 9 {
+            (format!("{name}-backend"), "api")
+        } else {
+            (name.clone(), "openmed-service")
+        };
+        let mut spec = format!(
+            "  family: {}\n  tier: {}\n  version: OpenMed/model-r{}\n",
+            ["pii", "disease-detection", "anatomy"][i % 3],
+            tiers[i % tiers.len()],
+            i % 13
+        );
+        if i % 8 != 0 {
+            spec.push_str(&format!("  replicas: {}\n", 1 + i % 4));
+        }
+        if i % 17 == 9 {
+            spec.push_str(&format!(
+                "  targetRef:\n    name: {target}\n    containerName: {container}\n"
+            ));
+        }
+        match i % 11 {
+            6 => spec.push_str(
+                "  rolloutStrategy:\n    type: Recreate\n    progressDeadlineSeconds: 900\n",
+            ),
+            7 => spec.push_str(
+                "  rolloutStrategy:\n    maxSurge: 50%\n    maxUnavailable: 1\n    rollbackOnFailure: false\n",
+            ),
+            _ => {}
+        }
+        if i % 13 == 8 {
+            spec.push_str("  qualityGate:\n    configMapRef: {name: probes}\n    minRecall: {NAME: 0.95, '*': 1.0}\n");
+        }
+        if i % 23 == 11 {
+            spec.push_str(&format!("  manifestConfigMapName: pinned-{i}\n"));
+        }
+        let canary = i % 19 == 10 && i % 97 != 5;
+        if canary {
+            spec.push_str(&format!(
+                "  canary:\n    targetRef: {{name: {name}-canary, containerName: {container}}}\n    trafficRef:\n      httpRoute: {name}\n      ruleName: main\n      stableBackend: {name}\n      canaryBackend: {name}-canary\n    steps:\n    - {{weight: 10, pause: 5m}}\n    - {{weight: 50, pause: 10m}}\n"
+            ));
+        }
+        let uid = if i % 31 == 13 {
+            format!("  uid: 00000000-0000-0000-0000-{i:012}\n")
+        } else {
+            String::new()
+        };
+        let model = format!(
+            "# model {i}\napiVersion: openmed.ai/v1alpha1\nkind: OpenMedModel\nmetadata:\n  name: {name}\n{namespace}{uid}spec:\n{spec}"
+        );
+        let deployment = |deployment: &str, track: &str| {
+            let sidecar = if container == "api" {
+                "      - name: sidecar\n        image: busybox\n"
+            } else {
+                ""
+            };
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {deployment}\n{namespace}  labels: {{app: {name}, \"on\": \"yes\"}}\nspec:\n  replicas: {}\n  minReadySeconds: {}\n  selector:\n    matchLabels: {{app: {name}, track: {track}}}\n  template:\n    metadata:\n      labels: {{app: {name}, track: {track}}}\n    spec:\n      containers:\n{sidecar}      - name: {container}\n        image: openmed/openmed-service:1.{}.0\n        args: [--port, \"8080\", '0o7', 1_000]\n        env:\n        - name: FIRST\n          value: \"one\"\n        - name: OPENMED_SERVICE_PRELOAD_MODELS\n          value: boot\n",
+                1 + i % 3,
+                i % 5,
+                i % 4
+            )
+        };
+        let file = format!("team-{:02}/{name}.yaml", team);
+        match i % 4 {
+            0 => write(file, &model),
+            1 => write(
+                file,
+                &format!("{model}---\n{}", deployment(&target, "stable")),
+            ),
+            2 => write(
+                file,
+                &format!("{}---\n---\n{model}", deployment(&target, "stable")),
+            ),
+            _ => {
+                write(file, &model);
+                write(
+                    format!("deployments/{name}.yml"),
+                    &deployment(&target, "stable"),
+                );
+            }
+        }
+        if i % 7 == 3 {
+            write(
+                format!("team-{:02}/{name}-hpa.yaml", team),
+                &format!(
+                    "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata:\n  name: {name}\n{namespace}spec:\n  scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {target}}}\n  maxReplicas: 5\n"
+                ),
+            );
+        }
+        if canary {
+            let mut text = deployment(&format!("{name}-canary"), "canary");
+            if i % 38 == 10 {
+                text.push_str(&format!(
+                    "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n{namespace}spec:\n  selector: {{app: {name}, track: stable}}\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: {name}-canary\n{namespace}spec:\n  selector: {{app: {name}, track: canary}}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: {name}\n{namespace}spec:\n  rules:\n  - name: main\n    backendRefs:\n    - {{name: {name}, port: 80, weight: 100}}\n    - {{name: {name}-canary, port: 80, weight: 0}}\n"
+                ));
+            }
+            write(format!("team-{:02}/{name}-canary.yaml", team), &text);
+        }
+        if i % 29 == 12 && !namespace.is_empty() {
+            // A pointer ConfigMap from an earlier render, with stale data.
+            let config_map = if i % 23 == 11 {
+                format!("pinned-{i}")
+            } else {
+                format!("{name}-model-manifest")
+            };
+            write(
+                format!("rendered/{name}.yaml"),
+                &format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {config_map}\n{namespace}  annotations:\n    openmed.ai/model-resource: team-{team:02}/{name}\ndata:\n  OPENMED_SERVICE_PRELOAD_MODELS: OpenMed/old\n"
+                ),
+            );
+        }
+        if i % 50 == 25 {
+            write(
+                format!("team-{:02}/other-{i}.yaml", team),
+                &format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-{i}\n{namespace}data:\n  z: '1'\n  a: \"2\"\n  text: |\n    line one\n    line: two\n  empty: \"\"\n  yes: \"on\"\n  unicode: \"caf\\u00e9 \\U0001F600\"\n---\n# nothing here\n---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: team-{team:02}, labels: {{n: \"{i}\"}}}}\n"
+                ),
+            );
+        }
+    }
+    dir
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn a_large_mixed_input_renders_the_same_bytes_as_before() {
+    let dir = mixed_workload(1500);
+    let path = dir.path().to_str().unwrap();
+    // Digests of what render printed at commit c6397c4, when it still held
+    // its whole output before printing it. A change to how the output is
+    // produced must not change a byte; a change to what it says must be
+    // deliberate, with the new digests (the failure shows them).
+    for (args, expected) in [
+        (
+            &["render", path][..],
+            "fa306371dcbb3ba922a9c637e0c0677b5b76212b6278bba522abe0726fc74f96",
+        ),
+        (
+            &["render", "-o", "json", path],
+            "6d460e3c1145bba48321ba06d857424e7646a7dafcddf99f9842e71598edb585",
+        ),
+        (
+            &["render", "--summary", path],
+            "62619590990ba8bc0f740e6b9ab88856b87b183f16bfbe01e9e3dbbc593221df",
+        ),
+        (
+            &["render", "--canary", path],
+            "80aea219ad8d06314da0228663a81f5d120779670ccd1211d12287cba2a07d4b",
+        ),
+        (
+            &["render", "--canary", "-o", "json", path],
+            "c0b2aa5587b23e8c805e57076c7ae14610cc2ded1a1426fd626d829ce74ff4da",
+        ),
+        (
+            &["render", "-n", "elsewhere", path],
+            "405db6f597a269a3d69772df23d9f3c2d899e721a27243223591ac156435325b",
+        ),
+    ] {
+        let out = openmed_op(args, None);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert_eq!(sha256(&out.stdout), expected, "{args:?}");
+    }
+}
+
+#[test]
+fn one_bad_document_at_the_end_of_a_large_input_means_no_output() {
+    let dir = mixed_workload(1500);
+    let late = dir.path().join("zz/late.yaml");
+    std::fs::create_dir_all(late.parent().unwrap()).unwrap();
+    std::fs::write(
+        &late,
+        format!(
+            "{DEPLOYMENT}---\n{}",
+            MODEL.replace("tier: Small", "tier: Huge")
+        ),
+    )
+    .unwrap();
+    for args in [
+        &["render", dir.path().to_str().unwrap()][..],
+        &["render", "-o", "json", dir.path().to_str().unwrap()],
+    ] {
+        let out = openmed_op(args, None);
+        refused(
+            &out,
+            1,
+            &format!(
+                "{}:35: document 2: error[InvalidSpec]: team/svc: spec.tier: \"Huge\" is not one of",
+                late.display()
+            ),
+        );
+        assert!(
+            stderr(&out).ends_with("openmed-op: 1 problem found; nothing was written\n"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

@@ -18,13 +18,20 @@ pub fn render_stream(data: &[u8]) {
         return;
     };
     for missing in [MissingTarget::Patch, MissingTarget::Warn] {
-        if let Err(findings) = render::render(&docs, "default", missing) {
-            assert!(!findings.is_empty(), "an error names at least one finding");
-            for finding in findings {
-                assert!(
-                    !finding.to_string().is_empty(),
-                    "every finding says something"
-                );
+        match render::render(&docs, "default", missing) {
+            // The stream is laid out after the judgement, as it is written.
+            Ok(rendered) => {
+                render::write_yaml(&mut std::io::sink(), rendered.documents()).expect("a sink");
+                render::write_json(&mut std::io::sink(), rendered.documents()).expect("a sink");
+            }
+            Err(findings) => {
+                assert!(!findings.is_empty(), "an error names at least one finding");
+                for finding in findings {
+                    assert!(
+                        !finding.to_string().is_empty(),
+                        "every finding says something"
+                    );
+                }
             }
         }
     }

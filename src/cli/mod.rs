@@ -900,10 +900,10 @@ fn render_once(args: &RenderArgs) -> u8 {
     };
     match render::render(&docs, &args.namespace, render::MissingTarget::Patch) {
         Ok(rendered) => {
-            let written = print(&if args.summary {
-                render::summary_table(&rendered.rows)
+            let written = if args.summary {
+                print(&render::summary_table(&rendered.rows))
             } else if args.canary {
-                match args.output {
+                print(&match args.output {
                     Format::Yaml => crate::source::yaml::write::document(
                         &serde_json::to_value(&rendered.canaries).expect("reports serialize"),
                     ),
@@ -911,13 +911,15 @@ fn render_once(args: &RenderArgs) -> u8 {
                         serde_json::to_string_pretty(&rendered.canaries).expect("reports serialize")
                             + "\n"
                     }
-                }
+                })
             } else {
-                match args.output {
-                    Format::Yaml => render::to_yaml(&rendered.documents),
-                    Format::Json => render::to_json(&rendered.documents),
-                }
-            });
+                // The whole input is valid: the stream is written as it is
+                // laid out, never held whole.
+                write_stream(|out| match args.output {
+                    Format::Yaml => render::write_yaml(out, rendered.documents()),
+                    Format::Json => render::write_json(out, rendered.documents()),
+                })
+            };
             exit_after(written, EXIT_OK)
         }
         Err(findings) => {
@@ -950,7 +952,21 @@ fn print(text: &str) -> Result<(), u8> {
 
 fn write_stdout(bytes: &[u8]) -> Result<(), u8> {
     let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
+    written(out.write_all(bytes).and_then(|()| out.flush()))
+}
+
+/// Writes to standard output through a buffer as `write` produces the
+/// output, for output too large to hold whole; failures as [`print`].
+fn write_stream(
+    write: impl FnOnce(&mut std::io::BufWriter<std::io::StdoutLock<'static>>) -> std::io::Result<()>,
+) -> Result<(), u8> {
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    written(write(&mut out).and_then(|()| out.flush()))
+}
+
+/// The outcome of a write to standard output, as [`print`] says it.
+fn written(result: std::io::Result<()>) -> Result<(), u8> {
+    match result {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => {

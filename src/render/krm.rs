@@ -72,7 +72,7 @@ pub fn run(input: &str) -> Result<KrmOutput, String> {
         .collect();
 
     let (items, findings, failed) = match render(&documents, &namespace, MissingTarget::Warn) {
-        Ok(rendered) => (rendered.documents, rendered.notes, false),
+        Ok(rendered) => (rendered.documents().collect(), rendered.notes, false),
         Err(findings) => (items, findings, true),
     };
     let mut output = json!({
