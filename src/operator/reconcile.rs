@@ -137,12 +137,7 @@ pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, 
     }
     let _worker = ctx.metrics.worker();
     // Our own last status write may be newer than the cache's copy.
-    let namespace = obj.namespace().unwrap_or_default();
-    let obj = ctx
-        .written
-        .models
-        .newest(&namespace, &obj.name_any(), Some(obj.clone()))
-        .unwrap_or(obj);
+    let obj = newest(&ctx, obj);
     let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     let api: Api<RawModel> =
         Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
@@ -178,14 +173,18 @@ pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, 
     if let Err(e) = &result {
         // The status as this reconcile left it: a copy from before its own
         // status writes would only be refused.
-        let latest = ctx
-            .written
-            .models
-            .newest(&namespace, &obj.name_any(), Some(obj.clone()))
-            .unwrap_or(obj);
-        report_error(&api, &latest, e, &ctx).await;
+        report_error(&api, &newest(&ctx, obj), e, &ctx).await;
     }
     result
+}
+
+/// The newer of `obj` and the operator's own last write of it.
+fn newest(ctx: &Context, obj: Arc<RawModel>) -> Arc<RawModel> {
+    let namespace = obj.namespace().unwrap_or_default();
+    ctx.written
+        .models
+        .newest(&namespace, &obj.name_any(), Some(obj.clone()))
+        .unwrap_or(obj)
 }
 
 /// Requeue with per-object exponential backoff (1 s doubling to 1 min), so a
@@ -535,12 +534,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         let mut alongside: Result<(), Error> = Ok(());
         let mut after_status: &[Write] = &decision.writes;
         if status != view.status {
-            let n = decision
-                .writes
-                .iter()
-                .take_while(|w| w.unread_until_named())
-                .count();
-            let (early, rest) = decision.writes.split_at(n);
+            let (early, rest) = decision.writes_around_intent();
             after_status = rest;
             let (stored, early_written) = tokio::join!(
                 write_status(&models, &current, &status, ctx),

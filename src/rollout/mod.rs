@@ -212,6 +212,21 @@ pub enum Write {
     },
 }
 
+impl Decision {
+    /// The writes split around the status that records this decision's
+    /// intent: those that may go out alongside it (the leading writes that
+    /// nothing reads until a later one names them), and those that wait
+    /// until it is stored.
+    pub fn writes_around_intent(&self) -> (&[Write], &[Write]) {
+        let alongside = self
+            .writes
+            .iter()
+            .take_while(|w| w.unread_until_named())
+            .count();
+        self.writes.split_at(alongside)
+    }
+}
+
 impl Write {
     /// Whether nothing reads what this write makes until a later write
     /// names it: a new immutable snapshot, which pods see only once the

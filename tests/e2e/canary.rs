@@ -402,16 +402,14 @@ fn steps_then_promotes_and_the_route_ends_as_in_git() {
 fn a_resource_at_rest_with_a_canary_block_sends_no_requests() {
     block_on(async {
         let (env, _) = stage("canary-rest", "[{weight: 10, pause: 3s}]", "", &[]).await;
-        // Let the last writes of the first rollout settle into the caches.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let start = audit_log_end();
-        // Ten resync periods of 2 s at rest.
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        let requests: Vec<String> = operator_requests(&env.ns.name, start)
-            .iter()
-            .filter(|e| e["verb"] != "watch")
-            .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
-            .collect();
+        // Ten resync periods of 2 s at rest, after the first rollout's
+        // last writes settle into the caches.
+        let requests = requests_at_rest(
+            &env.ns.name,
+            Duration::from_secs(3),
+            Duration::from_secs(20),
+        )
+        .await;
         assert!(
             requests.is_empty(),
             "the operator sent requests for a resource at rest:\n{}",

@@ -940,16 +940,14 @@ fn a_steady_state_sends_no_requests() {
             .await;
         env.apply(&model_yaml("svc", &v1, "")).await;
         env.wait_ready("svc", &v1).await;
-        // Let the last writes of the rollout settle into the caches.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let start = audit_log_end();
-        // A minute of steady state: 30 resync periods of 2 s.
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        let requests: Vec<String> = operator_requests(&env.ns.name, start)
-            .iter()
-            .filter(|e| e["verb"] != "watch")
-            .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
-            .collect();
+        // A minute of steady state, 30 resync periods of 2 s, after the
+        // rollout's last writes settle into the caches.
+        let requests = requests_at_rest(
+            &env.ns.name,
+            Duration::from_secs(3),
+            Duration::from_secs(60),
+        )
+        .await;
         assert!(
             requests.is_empty(),
             "the operator sent requests in a steady state:\n{}",

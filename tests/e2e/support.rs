@@ -793,6 +793,20 @@ pub fn audit_log_end() -> u64 {
     std::fs::metadata(cluster_dir().join("logs/audit.log")).map_or(0, |m| m.len())
 }
 
+/// What an operator at rest asks about `namespace` for `window` (after
+/// `settle`, for the last writes to reach its caches): every completed
+/// request but its watches, as "verb URI".
+pub async fn requests_at_rest(namespace: &str, settle: Duration, window: Duration) -> Vec<String> {
+    tokio::time::sleep(settle).await;
+    let start = audit_log_end();
+    tokio::time::sleep(window).await; // the window measured
+    operator_requests(namespace, start)
+        .iter()
+        .filter(|e| e["verb"] != "watch")
+        .map(|e| format!("{} {}", e["verb"], e["requestURI"]))
+        .collect()
+}
+
 /// The completed requests an operator (by its User-Agent) sent about
 /// `namespace` after byte `from` of the audit log, as audit events.
 pub fn operator_requests(namespace: &str, from: u64) -> Vec<Value> {
