@@ -64,6 +64,13 @@ struct Args {
     #[arg(long, default_value_t = 10)]
     namespaces: usize,
 
+    /// `spec.replicas` of each target Deployment. 0 leaves out the pods, so
+    /// the Deployment controller and the fake kubelet do not bound the run
+    /// (how N = 10,000 fits 2 cores); the rollback sample then asks for
+    /// one replica through the OpenMedModel, to have a pod that fails.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    target_replicas: i32,
+
     /// Create requests in flight at once.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
@@ -268,6 +275,7 @@ fn settings(args: &Args, operators: &[OperatorUnderTest]) -> report::Settings {
             })
             .collect(),
         namespaces: args.namespaces,
+        target_replicas: args.target_replicas,
         concurrency: args.concurrency,
         quiet_window_s: args.quiet,
         reaction_changes: args.changes,
@@ -319,7 +327,11 @@ async fn cluster_runs(
     for &n in &args.models {
         for operator in operators {
             log(format!("=== {} with {n} models ===", operator.name));
-            let plan = workload::Workload::new(n, args.namespaces.clamp(1, n.max(1)));
+            let plan = workload::Workload::new(
+                n,
+                args.namespaces.clamp(1, n.max(1)),
+                args.target_replicas,
+            );
             results.runs.push(run_one(&context, operator, &plan).await);
         }
     }

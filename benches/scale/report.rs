@@ -122,6 +122,8 @@ pub struct Settings {
     pub operators: Vec<OperatorSetting>,
     /// Namespaces the models are spread over (at most N).
     pub namespaces: usize,
+    /// `spec.replicas` of each target Deployment.
+    pub target_replicas: i32,
     /// Create requests in flight at once.
     pub concurrency: usize,
     /// Length of the quiet window, seconds.
@@ -733,6 +735,12 @@ pub fn markdown(results: &Results) -> String {
     );
     for o in &results.settings.operators {
         out.push_str(&format!("- {}: `{}`\n", o.name, o.command));
+    }
+    if results.settings.target_replicas != 1 {
+        out.push_str(&format!(
+            "\nEach target Deployment has {} replicas (`--target-replicas`).\n",
+            results.settings.target_replicas
+        ));
     }
     let (header, rows) = figures(results);
     if !header.is_empty() {

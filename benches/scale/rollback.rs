@@ -39,7 +39,15 @@ pub async fn measure(
         sample.len()
     ));
     cluster::set_unready(client, &broken, true).await?;
-    let result = run(client, &sample, observer, &broken, guard).await;
+    let result = run(
+        client,
+        &sample,
+        plan.target_replicas,
+        observer,
+        &broken,
+        guard,
+    )
+    .await;
     cluster::set_unready(client, &broken, false).await?;
     let result = result?;
     log(format!(
@@ -52,18 +60,19 @@ pub async fn measure(
 async fn run(
     client: &Client,
     sample: &[workload::Item],
+    target_replicas: i32,
     observer: &Observer,
     broken: &str,
     guard: &dyn Fn() -> Result<(), String>,
 ) -> Result<Rollback, String> {
     let keys: Vec<String> = sample.iter().map(|i| i.key()).collect();
+    // A target without pods never misses a deadline: give it one pod.
+    let mut short_deadline = json!({"rolloutStrategy": {"progressDeadlineSeconds": DEADLINE}});
+    if target_replicas == 0 {
+        short_deadline["replicas"] = json!(1);
+    }
     for item in sample {
-        workload::patch_spec(
-            client,
-            item,
-            json!({"rolloutStrategy": {"progressDeadlineSeconds": DEADLINE}}),
-        )
-        .await?;
+        workload::patch_spec(client, item, short_deadline.clone()).await?;
     }
     let good: HashMap<String, String> = observer
         .wait(

@@ -58,11 +58,15 @@ pub struct Workload {
     pub namespaces: Vec<String>,
     /// The resources.
     pub items: Vec<Item>,
+    /// `spec.replicas` of every target Deployment. 0 measures the operator
+    /// and the API server without pods, so N = 10,000 fits one machine.
+    pub target_replicas: i32,
 }
 
 impl Workload {
-    /// `models` resources over `namespaces` namespaces.
-    pub fn new(models: usize, namespaces: usize) -> Self {
+    /// `models` resources over `namespaces` namespaces, each target with
+    /// `target_replicas` pods.
+    pub fn new(models: usize, namespaces: usize, target_replicas: i32) -> Self {
         let namespaces: Vec<String> = (0..namespaces.max(1))
             .map(|i| format!("bench-{i:02}"))
             .collect();
@@ -76,6 +80,7 @@ impl Workload {
             models,
             namespaces,
             items,
+            target_replicas,
         }
     }
 
@@ -114,7 +119,7 @@ pub fn expected_hash(item: &Item, version: &str) -> String {
     plan::plan(&id, &spec, TargetOptions::default()).manifest_hash
 }
 
-fn target(item: &Item) -> Deployment {
+fn target(item: &Item, replicas: i32) -> Deployment {
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -129,7 +134,7 @@ fn target(item: &Item) -> Deployment {
             },
         },
         "spec": {
-            "replicas": 1,
+            "replicas": replicas,
             "selector": {"matchLabels": {"app": item.name}},
             "template": {
                 "metadata": {"labels": {"app": item.name}},
@@ -341,7 +346,8 @@ fn transient(e: &kube::Error) -> bool {
 }
 
 /// Creates the target Deployments and waits until every one is available
-/// (one Ready pod of the boot version), before any OpenMedModel exists.
+/// (its Ready pods of the boot version, if it has any), before any
+/// OpenMedModel exists.
 pub async fn create_targets(
     client: &Client,
     plan: &Workload,
@@ -352,7 +358,7 @@ pub async fn create_targets(
     let started = Instant::now();
     create_all(&plan.items, concurrency, |item| async move {
         let api: Api<Deployment> = Api::namespaced(client.clone(), &item.namespace);
-        api.create(&PostParams::default(), &target(&item))
+        api.create(&PostParams::default(), &target(&item, plan.target_replicas))
             .await
             .map(|_| ())
     })
