@@ -8,6 +8,7 @@
 //! at again every `--resync` from the caches: no reads, no writes. The only
 //! network peer is the Kubernetes API server.
 
+mod by_namespace;
 mod events;
 mod health;
 mod http;
@@ -47,6 +48,7 @@ use crate::api::names::{
 use crate::api::quality::QUALITY_CONDITION;
 use crate::rollout::Settings;
 use crate::rollout::pods::PodView;
+use by_namespace::ByNamespace;
 use health::Health;
 use leader::{Fence, FenceLayer};
 use metrics::Metrics;
@@ -322,6 +324,7 @@ async fn run_scope(
     let client = &clients.watches;
     let synced = Arc::new(Synced::default());
     let (deployments, deployment_writer) = reflector::store();
+    let deployments = ByNamespace::new(deployments);
     let deployment_events = observed(
         watcher(
             api::<Deployment>(client, &scope),
@@ -335,12 +338,17 @@ async fn run_scope(
     .modify(keep_own_apply_time)
     .reflect(deployment_writer)
     .inspect({
+        let deployments = deployments.clone();
+        move |e| deployments.observe(e)
+    })
+    .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Deployments, e)
     })
     .touched_objects();
 
     let (config_maps, config_map_writer) = reflector::store();
+    let config_maps = ByNamespace::new(config_maps);
     let config_map_events = observed(
         watcher(
             api::<ConfigMap>(client, &scope),
@@ -354,6 +362,10 @@ async fn run_scope(
     .modify(forget_managed_fields)
     .reflect(config_map_writer)
     .inspect({
+        let config_maps = config_maps.clone();
+        move |e| config_maps.observe(e)
+    })
+    .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::ConfigMaps, e)
     })
@@ -364,6 +376,7 @@ async fn run_scope(
     // and only a change of that target wakes a model: an autoscaler's
     // status, rewritten every few seconds, costs nothing.
     let (autoscalers, autoscaler_writer) = reflector::store();
+    let autoscalers = ByNamespace::new(autoscalers);
     let autoscaler_events = observed(
         watcher(
             api::<HorizontalPodAutoscaler>(client, &scope),
@@ -377,6 +390,10 @@ async fn run_scope(
     .modify(keep_scale_target)
     .reflect(autoscaler_writer)
     .inspect({
+        let autoscalers = autoscalers.clone();
+        move |e| autoscalers.observe(e)
+    })
+    .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Autoscalers, e)
     })
@@ -387,6 +404,7 @@ async fn run_scope(
     // their pod template: their label says which snapshot a revision reads,
     // their counts whether a pod of it may start.
     let (replica_sets, replica_set_writer) = reflector::store();
+    let replica_sets = ByNamespace::new(replica_sets);
     let replica_set_events = observed(
         watcher(
             api::<ReplicaSet>(client, &scope),
@@ -400,6 +418,10 @@ async fn run_scope(
     .modify(forget_template)
     .reflect(replica_set_writer)
     .inspect({
+        let replica_sets = replica_sets.clone();
+        move |e| replica_sets.observe(e)
+    })
+    .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::ReplicaSets, e)
     })
@@ -410,6 +432,7 @@ async fn run_scope(
     // template being rolled out keeps crashing, and what it said. Memory
     // grows with the managed pods, not with the cluster's.
     let (pods, pod_writer) = reflector::store();
+    let pods = ByNamespace::new(pods);
     let pod_events = observed(
         watcher(
             api::<Pod>(client, &scope),
@@ -423,6 +446,10 @@ async fn run_scope(
     .modify(keep_container_statuses)
     .reflect(pod_writer)
     .inspect({
+        let pods = pods.clone();
+        move |e| pods.observe(e)
+    })
+    .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Pods, e)
     })
@@ -432,6 +459,7 @@ async fn run_scope(
     let instance = std::env::var("POD_NAME").unwrap_or_else(|_| FIELD_MANAGER.to_owned());
     let recorder = events::Recorder::new(clients.requests.clone(), instance);
     let (models, model_writer) = reflector::store();
+    let models = ByNamespace::new(models);
     let model_events = observed(
         watcher(api::<RawModel>(client, &scope), watcher::Config::default()).default_backoff(),
         watch_name("openmedmodels", &scope),
@@ -440,6 +468,10 @@ async fn run_scope(
     )
     .modify(forget_managed_fields)
     .reflect(model_writer)
+    .inspect({
+        let models = models.clone();
+        move |e| models.observe(e)
+    })
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Models, e)
@@ -458,7 +490,7 @@ async fn run_scope(
         }
     })
     .applied_objects();
-    let controller = Controller::for_stream(model_events, models.clone())
+    let controller = Controller::for_stream(model_events, reflector::Store::clone(&models))
         .with_config(controller::Config::default().concurrency(options.concurrency));
     let client = clients.requests;
     let context = Arc::new(Context {
@@ -516,9 +548,8 @@ async fn run_scope(
                 }
                 let namespace = pod.namespace().unwrap_or_default();
                 models
-                    .state()
+                    .in_namespace(&namespace)
                     .into_iter()
-                    .filter(|m| m.namespace().as_deref() == Some(namespace.as_str()))
                     .map(|m| ObjectRef::from_obj(&*m))
                     .collect::<Vec<_>>()
             }
@@ -530,9 +561,8 @@ async fn run_scope(
                 .map(|s| s.scale_target_ref.name)
                 .unwrap_or_default();
             models
-                .state()
+                .in_namespace(&namespace)
                 .into_iter()
-                .filter(|m| m.namespace().as_deref() == Some(namespace.as_str()))
                 .filter(|m| m.target_name() == target)
                 .map(|m| ObjectRef::from_obj(&*m))
                 .collect::<Vec<_>>()

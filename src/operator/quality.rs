@@ -15,9 +15,10 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
+use super::by_namespace::ByNamespace;
 use super::model::RawModel;
 use super::reconcile::Context;
 use crate::api::quality::{
@@ -158,19 +159,17 @@ fn service_address(
     container: &str,
 ) -> Option<(i32, Option<String>)> {
     let namespace = resource.metadata.namespace.as_deref();
-    let target = ctx.deployments.state().into_iter().find(|d| {
-        d.metadata.namespace.as_deref() == namespace
-            && d.metadata.name.as_deref() == Some(resource.target_name())
-    })?;
+    let target = ctx
+        .deployments
+        .get(&ObjectRef::new(resource.target_name()).within(namespace?))?;
     let port = quality::service_port(&target, container)?;
     Some((port, quality::service_host(&target, container)))
 }
 
 /// The pods of `namespace` in the cache, as the core reads them.
-fn pod_views(pods: &Store<Pod>, namespace: &str) -> Vec<PodView> {
-    pods.state()
+fn pod_views(pods: &ByNamespace<Pod>, namespace: &str) -> Vec<PodView> {
+    pods.in_namespace(namespace)
         .iter()
-        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
         .map(|p| PodView::of(p))
         .collect()
 }

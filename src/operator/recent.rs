@@ -18,7 +18,7 @@
 //! requests of a decision that would be refused.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -76,7 +76,8 @@ pub struct Recent<K> {
 
 #[derive(Debug)]
 struct State<K> {
-    by_name: HashMap<(String, String), Entry<K>>,
+    /// Ordered, so one namespace's entries are a range of it.
+    by_name: BTreeMap<(String, String), Entry<K>>,
     swept: Instant,
 }
 
@@ -84,7 +85,7 @@ impl<K> Default for Recent<K> {
     fn default() -> Self {
         Recent {
             entries: Mutex::new(State {
-                by_name: HashMap::new(),
+                by_name: BTreeMap::new(),
                 swept: Instant::now(),
             }),
         }
@@ -192,9 +193,9 @@ impl<K: kube::Resource + Clone> Recent<K> {
         let state = self.entries.lock().expect("recent writes");
         state
             .by_name
-            .keys()
-            .filter(|(ns, _)| ns == namespace)
-            .map(|(_, name)| name.clone())
+            .range(key(namespace, "")..)
+            .take_while(|((ns, _), _)| ns == namespace)
+            .map(|((_, name), _)| name.clone())
             .collect()
     }
 
@@ -226,6 +227,22 @@ mod tests {
 
     fn rv(found: Option<Arc<ConfigMap>>) -> Option<String> {
         found.and_then(|c| c.metadata.resource_version.clone())
+    }
+
+    #[test]
+    fn names_in_a_namespace_are_that_namespace_s_alone() {
+        let recent = Recent::default();
+        for (ns, name) in [("a", "x"), ("ab", "y"), ("a", "z"), ("", "w"), ("b", "x")] {
+            let mut c = cm("1", "u");
+            c.metadata.namespace = Some(ns.into());
+            c.metadata.name = Some(name.into());
+            recent.wrote(&c);
+        }
+        recent.deleted("a", "gone", None);
+        assert_eq!(recent.names_in("a"), ["gone", "x", "z"]);
+        assert_eq!(recent.names_in("ab"), ["y"]);
+        assert_eq!(recent.names_in(""), ["w"]);
+        assert!(recent.names_in("c").is_empty());
     }
 
     #[test]

@@ -21,14 +21,15 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ObjectMeta, Patch,
-    PatchParams, PostParams, Preconditions,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    PostParams, Preconditions,
 };
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use tracing::{info, instrument, warn};
 
+use super::by_namespace::ByNamespace;
 use super::events::Recorder;
 use super::metrics::Metrics;
 use super::model::RawModel;
@@ -93,19 +94,19 @@ pub struct Context {
     /// The API client.
     pub client: Client,
     /// Every OpenMedModel in scope (the controller's own cache).
-    pub models: Store<RawModel>,
+    pub models: ByNamespace<RawModel>,
     /// Deployments labelled as managed by this operator.
-    pub deployments: Store<Deployment>,
+    pub deployments: ByNamespace<Deployment>,
     /// ConfigMaps labelled as managed by this operator.
-    pub config_maps: Store<ConfigMap>,
+    pub config_maps: ByNamespace<ConfigMap>,
     /// HorizontalPodAutoscalers in scope.
-    pub autoscalers: Store<HorizontalPodAutoscaler>,
+    pub autoscalers: ByNamespace<HorizontalPodAutoscaler>,
     /// ReplicaSets whose template references a snapshot (without their
     /// template).
-    pub replica_sets: Store<ReplicaSet>,
+    pub replica_sets: ByNamespace<ReplicaSet>,
     /// Pods whose template references a snapshot (name, labels and
     /// container statuses only).
-    pub pods: Store<Pod>,
+    pub pods: ByNamespace<Pod>,
     /// Policy switches.
     pub settings: Settings,
     /// How often a steady resource is looked at again (from the caches).
@@ -341,9 +342,9 @@ impl Fresh {
         names.extend(rollout::canary_target_name(view));
         names.extend(
             ctx.deployments
-                .state()
+                .in_namespace(namespace)
                 .iter()
-                .filter(|d| in_namespace(&d.metadata, namespace) && claims(d, &key))
+                .filter(|d| claims(d, &key))
                 .map(|d| d.name_any()),
         );
         names.retain(|n| !self.deployments.contains_key(n));
@@ -361,9 +362,9 @@ impl Fresh {
         let mut names = rollout::config_map_names(view);
         names.extend(
             ctx.config_maps
-                .state()
+                .in_namespace(namespace)
                 .iter()
-                .filter(|c| in_namespace(&c.metadata, namespace) && owns(c, view, &key))
+                .filter(|c| owns(c, view, &key))
                 .map(|c| c.name_any()),
         );
         names.retain(|n| !self.config_maps.contains_key(n));
@@ -438,13 +439,9 @@ where
     Ok(read)
 }
 
-// Which cached objects belong to a resource. Every resource is looked at
-// again each resync, so these run N times per resync over the caches:
-// compare in place, never allocate.
-
-fn in_namespace(meta: &ObjectMeta, namespace: &str) -> bool {
-    meta.namespace.as_deref() == Some(namespace)
-}
+// Which cached objects of its namespace belong to a resource. Every
+// resource is looked at again each resync, so these run for each object of
+// the namespace each resync: compare in place, never allocate.
 
 /// A Deployment whose fields the resource `key` manages.
 fn claims(deployment: &Deployment, key: &str) -> bool {
@@ -760,9 +757,9 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
 
     let mut claimed: HashMap<String, Deployment> = ctx
         .deployments
-        .state()
+        .in_namespace(namespace)
         .into_iter()
-        .filter(|d| in_namespace(&d.metadata, namespace) && claims(d, &key))
+        .filter(|d| claims(d, &key))
         .map(|d| (d.name_any(), (*d).clone()))
         .collect();
     for name in ctx.written.deployments.names_in(namespace) {
@@ -797,10 +794,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
     claimed.sort_by_key(|d| d.name_any());
 
     let mut config_maps: HashMap<String, ConfigMap> = HashMap::new();
-    for cm in ctx.config_maps.state() {
-        if !in_namespace(&cm.metadata, namespace) {
-            continue;
-        }
+    for cm in ctx.config_maps.in_namespace(namespace) {
         if owns(&cm, view, &key) {
             config_maps.insert(cm.name_any(), (*cm).clone());
         }
@@ -846,7 +840,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
 
     let rivals = ctx
         .models
-        .state()
+        .in_namespace(namespace)
         .into_iter()
         .filter(|m| {
             rollout::is_rival(
@@ -862,18 +856,16 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         })
         .collect();
 
-    let autoscaled = ctx.autoscalers.state().iter().any(|h| {
-        in_namespace(&h.metadata, namespace)
-            && h.spec.as_ref().is_some_and(|s| {
-                s.scale_target_ref.kind == "Deployment" && s.scale_target_ref.name == target_name
-            })
+    let autoscaled = ctx.autoscalers.in_namespace(namespace).iter().any(|h| {
+        h.spec.as_ref().is_some_and(|s| {
+            s.scale_target_ref.kind == "Deployment" && s.scale_target_ref.name == target_name
+        })
     });
 
     let mut snapshot_uses: Vec<rollout::SnapshotUse> = ctx
         .replica_sets
-        .state()
+        .in_namespace(namespace)
         .iter()
-        .filter(|rs| in_namespace(&rs.metadata, namespace))
         .filter_map(|rs| {
             let short = rs.labels().get(MANIFEST_SNAPSHOT_LABEL)?.clone();
             let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
@@ -891,9 +883,8 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
 
     let pods: Vec<rollout::pods::PodView> = ctx
         .pods
-        .state()
+        .in_namespace(namespace)
         .iter()
-        .filter(|p| in_namespace(&p.metadata, namespace))
         .map(|p| rollout::pods::PodView::of(p))
         .collect();
 
