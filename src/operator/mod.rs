@@ -19,6 +19,7 @@ mod probe;
 mod quality;
 mod recent;
 mod reconcile;
+mod replica_set;
 mod retry;
 mod synced;
 
@@ -27,11 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, EnvVar, Pod, PodSpec, PodStatus, PodTemplateSpec,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus};
 use kube::client::ClientBuilder;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -43,7 +42,7 @@ pub use model::RawModel;
 
 use crate::api::names::{
     FIELD_MANAGER, MANAGED_BY_LABEL, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
-    OPERATED_BY_LABEL, PRELOAD_ENV,
+    OPERATED_BY_LABEL,
 };
 use crate::api::quality::QUALITY_CONDITION;
 use crate::rollout::Settings;
@@ -400,14 +399,14 @@ async fn run_scope(
     .touched_objects()
     .predicate_filter(scale_target, Default::default());
 
-    // Only ReplicaSets whose template references a snapshot, cached without
-    // their pod template: their label says which snapshot a revision reads,
-    // their counts whether a pod of it may start.
+    // Only ReplicaSets whose template references a snapshot, cached as the
+    // four fields read (`replica_set.rs`): their label says which snapshot
+    // a revision reads, their counts whether a pod of it may start.
     let (replica_sets, replica_set_writer) = reflector::store();
     let replica_sets = ByNamespace::new(replica_sets);
     let replica_set_events = observed(
         watcher(
-            api::<ReplicaSet>(client, &scope),
+            api::<replica_set::CachedReplicaSet>(client, &scope),
             watcher::Config::default().labels(MANIFEST_SNAPSHOT_LABEL),
         )
         .default_backoff(),
@@ -415,7 +414,7 @@ async fn run_scope(
         health.clone(),
         metrics.clone(),
     )
-    .modify(forget_template)
+    .modify(replica_set::CachedReplicaSet::trim)
     .reflect(replica_set_writer)
     .inspect({
         let replica_sets = replica_sets.clone();
@@ -598,46 +597,6 @@ fn became_leader(fence: &Fence) -> impl futures::Stream<Item = ()> + Send + 'sta
 /// and an absent field is the one form every API server leaves alone.
 fn forget_managed_fields<K: ResourceExt>(object: &mut K) {
     object.meta_mut().managed_fields = None;
-}
-
-/// Drops a ReplicaSet's managed fields and its pod template but for the
-/// containers' preload variables before it is cached: the operator reads
-/// only its labels, owner, counts and which ConfigMap its pods read, and
-/// the template is most of its size.
-fn forget_template(replica_set: &mut ReplicaSet) {
-    forget_managed_fields(replica_set);
-    if let Some(spec) = replica_set.spec.as_mut() {
-        let containers: Vec<Container> = spec
-            .template
-            .take()
-            .and_then(|t| t.spec)
-            .map(|s| s.containers)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|c| {
-                let env: Vec<EnvVar> = c
-                    .env
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|e| e.name == PRELOAD_ENV)
-                    .collect();
-                (!env.is_empty()).then(|| Container {
-                    name: c.name,
-                    env: Some(env),
-                    ..Container::default()
-                })
-            })
-            .collect();
-        if !containers.is_empty() {
-            spec.template = Some(PodTemplateSpec {
-                metadata: None,
-                spec: Some(PodSpec {
-                    containers,
-                    ..PodSpec::default()
-                }),
-            });
-        }
-    }
 }
 
 /// Keeps of a pod what the core reads ([`PodView`]): name, namespace,

@@ -30,7 +30,7 @@ use kube::ResourceExt;
 const KEEP: Duration = Duration::from_secs(120);
 
 /// The operator's recent writes, per kind it decides on.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Written {
     /// OpenMedModels (finalizer and status writes).
     pub models: Recent<super::RawModel>,
@@ -38,6 +38,19 @@ pub struct Written {
     pub deployments: Recent<k8s_openapi::api::apps::v1::Deployment>,
     /// ConfigMaps.
     pub config_maps: Recent<k8s_openapi::api::core::v1::ConfigMap>,
+}
+
+/// Each kind is kept as its cache keeps it: a write's answer carries
+/// `managedFields`, often half the object, and at 10,000 models the
+/// writes of two minutes are most of the operator's memory.
+impl Default for Written {
+    fn default() -> Self {
+        Written {
+            models: Recent::new(super::forget_managed_fields),
+            deployments: Recent::new(super::keep_own_apply_time),
+            config_maps: Recent::new(super::forget_managed_fields),
+        }
+    }
 }
 
 /// Orders two resourceVersions when both are comparable (positive decimal
@@ -72,6 +85,8 @@ struct Entry<K> {
 #[derive(Debug)]
 pub struct Recent<K> {
     entries: Mutex<State<K>>,
+    /// What is dropped of an object before it is kept (as its cache does).
+    trim: fn(&mut K),
 }
 
 #[derive(Debug)]
@@ -81,14 +96,23 @@ struct State<K> {
     swept: Instant,
 }
 
-impl<K> Default for Recent<K> {
-    fn default() -> Self {
+impl<K> Recent<K> {
+    /// Keeps objects as `trim` leaves them.
+    pub fn new(trim: fn(&mut K)) -> Self {
         Recent {
             entries: Mutex::new(State {
                 by_name: BTreeMap::new(),
                 swept: Instant::now(),
             }),
+            trim,
         }
+    }
+}
+
+#[cfg(test)]
+impl<K> Default for Recent<K> {
+    fn default() -> Self {
+        Recent::new(|_| {})
     }
 }
 
@@ -121,7 +145,9 @@ impl<K: kube::Resource + Clone> Recent<K> {
             _ => true,
         };
         if newer {
-            let kept = Kept::Object(Arc::new(object.clone()));
+            let mut copy = object.clone();
+            (self.trim)(&mut copy);
+            let kept = Kept::Object(Arc::new(copy));
             state.by_name.insert(k, Entry { kept, at: now });
         }
     }
@@ -227,6 +253,17 @@ mod tests {
 
     fn rv(found: Option<Arc<ConfigMap>>) -> Option<String> {
         found.and_then(|c| c.metadata.resource_version.clone())
+    }
+
+    #[test]
+    fn a_write_is_kept_as_its_cache_would_keep_it() {
+        let written = Written::default();
+        let mut c = cm("1", "u");
+        c.metadata.managed_fields = Some(vec![Default::default()]);
+        written.config_maps.wrote(&c);
+        let kept = written.config_maps.newest("ns", "m", None).expect("kept");
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert_eq!(kept.metadata.resource_version.as_deref(), Some("1"));
     }
 
     #[test]

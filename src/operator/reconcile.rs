@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -33,6 +33,7 @@ use super::by_namespace::ByNamespace;
 use super::events::Recorder;
 use super::metrics::Metrics;
 use super::model::RawModel;
+use super::replica_set::CachedReplicaSet;
 use crate::api::names::{
     FIELD_MANAGER, FINALIZER, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
     REPLICAS_HANDOVER_FIELD_MANAGER,
@@ -103,7 +104,7 @@ pub struct Context {
     pub autoscalers: ByNamespace<HorizontalPodAutoscaler>,
     /// ReplicaSets whose template references a snapshot (without their
     /// template).
-    pub replica_sets: ByNamespace<ReplicaSet>,
+    pub replica_sets: ByNamespace<CachedReplicaSet>,
     /// Pods whose template references a snapshot (name, labels and
     /// container statuses only).
     pub pods: ByNamespace<Pod>,
@@ -868,13 +869,11 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         .iter()
         .filter_map(|rs| {
             let short = rs.labels().get(MANIFEST_SNAPSHOT_LABEL)?.clone();
-            let wanted = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
-            let running = rs.status.as_ref().map_or(0, |s| s.replicas);
             Some(rollout::SnapshotUse {
                 short,
-                config_map: preload_config_map(rs),
+                config_map: rs.preload_config_map().map(str::to_owned),
                 replica_set: rs.name_any(),
-                has_pods: wanted > 0 || running > 0,
+                has_pods: rs.has_pods(),
             })
         })
         .collect();
@@ -899,27 +898,6 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         snapshot_uses,
         pods,
     })
-}
-
-/// The ConfigMap a ReplicaSet's pods read the preload variable from (the
-/// cache keeps of the template only that variable).
-fn preload_config_map(replica_set: &ReplicaSet) -> Option<String> {
-    replica_set
-        .spec
-        .as_ref()?
-        .template
-        .as_ref()?
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .flat_map(|c| c.env.iter().flatten())
-        .find(|e| e.name == crate::api::names::PRELOAD_ENV)?
-        .value_from
-        .as_ref()?
-        .config_map_key_ref
-        .as_ref()
-        .map(|r| r.name.clone())
 }
 
 /// Replaces the status through the status subresource. The object carries
