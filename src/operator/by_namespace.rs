@@ -58,6 +58,13 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ByNamespace<K> {
         }
     }
 
+    /// What a watch stream inspects right after `.reflect(writer)`, so the
+    /// index follows every event the store applied.
+    pub fn observer<E>(&self) -> impl Fn(&Result<watcher::Event<K>, E>) + use<K, E> {
+        let this = self.clone();
+        move |event| this.observe(event)
+    }
+
     /// Follows one watch event, as the store's writer did.
     pub fn observe<E>(&self, event: &Result<watcher::Event<K>, E>) {
         let Ok(event) = event else { return };

@@ -336,10 +336,7 @@ async fn run_scope(
     )
     .modify(keep_own_apply_time)
     .reflect(deployment_writer)
-    .inspect({
-        let deployments = deployments.clone();
-        move |e| deployments.observe(e)
-    })
+    .inspect(deployments.observer())
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Deployments, e)
@@ -360,10 +357,7 @@ async fn run_scope(
     )
     .modify(forget_managed_fields)
     .reflect(config_map_writer)
-    .inspect({
-        let config_maps = config_maps.clone();
-        move |e| config_maps.observe(e)
-    })
+    .inspect(config_maps.observer())
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::ConfigMaps, e)
@@ -388,10 +382,7 @@ async fn run_scope(
     )
     .modify(keep_scale_target)
     .reflect(autoscaler_writer)
-    .inspect({
-        let autoscalers = autoscalers.clone();
-        move |e| autoscalers.observe(e)
-    })
+    .inspect(autoscalers.observer())
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Autoscalers, e)
@@ -416,10 +407,7 @@ async fn run_scope(
     )
     .modify(replica_set::CachedReplicaSet::trim)
     .reflect(replica_set_writer)
-    .inspect({
-        let replica_sets = replica_sets.clone();
-        move |e| replica_sets.observe(e)
-    })
+    .inspect(replica_sets.observer())
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::ReplicaSets, e)
@@ -444,10 +432,7 @@ async fn run_scope(
     )
     .modify(keep_container_statuses)
     .reflect(pod_writer)
-    .inspect({
-        let pods = pods.clone();
-        move |e| pods.observe(e)
-    })
+    .inspect(pods.observer())
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Pods, e)
@@ -467,10 +452,7 @@ async fn run_scope(
     )
     .modify(forget_managed_fields)
     .reflect(model_writer)
-    .inspect({
-        let models = models.clone();
-        move |e| models.observe(e)
-    })
+    .inspect(models.observer())
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Models, e)
