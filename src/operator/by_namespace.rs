@@ -13,6 +13,10 @@
 //! just gained may be missing from a lookup for that moment (as if the
 //! cache were an event older, which any cache may be), and a name whose
 //! object the store just dropped finds nothing and is skipped.
+//!
+//! It also counts the changes per namespace ([`ByNamespace::version`]), so
+//! a resync can tell that a namespace holds what it held at the last
+//! decision without looking at its objects.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Deref;
@@ -30,6 +34,19 @@ struct Index {
     live: Names,
     /// The list being received, swapped in when it ends, as the store does.
     relist: Option<Names>,
+    /// Applies and deletes seen per namespace.
+    changes: HashMap<String, u64>,
+    /// Lists swapped in (each may change any namespace).
+    relists: u64,
+}
+
+/// Where a namespace of a cache stands: two equal versions of the same
+/// namespace mean the store held the same objects there both times.
+/// Versions only grow, so equal also means nothing came and went between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Version {
+    relists: u64,
+    changes: u64,
 }
 
 /// A kube store and the names of its objects by namespace.
@@ -78,9 +95,14 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ByNamespace<K> {
                 if let Some(listed) = index.relist.take() {
                     index.live = listed;
                 }
+                index.relists += 1;
             }
-            watcher::Event::Apply(object) => insert(&mut index.live, object),
+            watcher::Event::Apply(object) => {
+                changed(&mut index.changes, object);
+                insert(&mut index.live, object);
+            }
             watcher::Event::Delete(object) => {
+                changed(&mut index.changes, object);
                 let namespace = object.meta().namespace.as_deref().unwrap_or_default();
                 let name = object.meta().name.as_deref().unwrap_or_default();
                 if let Some(names) = index.live.get_mut(namespace) {
@@ -106,6 +128,27 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ByNamespace<K> {
             .into_iter()
             .filter_map(|name| self.store.get(&ObjectRef::new(&name).within(namespace)))
             .collect()
+    }
+
+    /// Where `namespace` stands now. Taken before a lookup, it is never
+    /// newer than what the lookup sees: the store applies an event before
+    /// the index counts it.
+    pub fn version(&self, namespace: &str) -> Version {
+        let index = self.index.read().unwrap_or_else(|e| e.into_inner());
+        Version {
+            relists: index.relists,
+            changes: index.changes.get(namespace).copied().unwrap_or(0),
+        }
+    }
+}
+
+fn changed<K: Resource>(changes: &mut HashMap<String, u64>, object: &K) {
+    let namespace = object.meta().namespace.as_deref().unwrap_or_default();
+    match changes.get_mut(namespace) {
+        Some(n) => *n += 1,
+        None => {
+            changes.insert(namespace.to_owned(), 1);
+        }
     }
 }
 

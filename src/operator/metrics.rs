@@ -60,6 +60,7 @@ pub struct Metrics {
     rollbacks: Family<RollbackLabels, Counter>,
     writes: Family<WriteLabels, Counter>,
     drift: Counter,
+    skipped: Counter,
     canaries: Family<OutcomeLabels, Counter>,
     analysis_failures: Counter,
     route_drift: Counter,
@@ -83,6 +84,7 @@ impl Default for Metrics {
         let rollbacks = Family::<RollbackLabels, Counter>::default();
         let writes = Family::<WriteLabels, Counter>::default();
         let drift = Counter::default();
+        let skipped = Counter::default();
         let canaries = Family::<OutcomeLabels, Counter>::default();
         let analysis_failures = Counter::default();
         let route_drift = Counter::default();
@@ -172,6 +174,11 @@ impl Default for Metrics {
             "Owned fields restored after another writer changed them",
             drift.clone(),
         );
+        registry.register(
+            "openmed_operator_resyncs_skipped",
+            "Resyncs of a resource at rest that decided nothing again: no input changed since a decision that wrote nothing",
+            skipped.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -181,6 +188,7 @@ impl Default for Metrics {
             rollbacks,
             writes,
             drift,
+            skipped,
             canaries,
             analysis_failures,
             route_drift,
@@ -223,6 +231,11 @@ impl Metrics {
             })
             .inc();
         self.duration.observe(took.as_secs_f64());
+    }
+
+    /// Counts one resync skipped because its resource is at rest.
+    pub fn resync_skipped(&self) {
+        self.skipped.inc();
     }
 
     /// Counts one failed reconcile.

@@ -21,6 +21,7 @@ mod recent;
 mod reconcile;
 mod replica_set;
 mod retry;
+mod settled;
 mod synced;
 
 use std::net::SocketAddr;
@@ -491,6 +492,7 @@ async fn run_scope(
         synced,
         prober: probe::Prober::new(),
         written: recent::Written::default(),
+        settled: settled::Settled::default(),
     });
     {
         // Ready once every cache of this scope holds a full list, however

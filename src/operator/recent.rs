@@ -53,6 +53,15 @@ impl Default for Written {
     }
 }
 
+impl Written {
+    /// Whether any write in `namespace` is kept.
+    pub fn holds_any_in(&self, namespace: &str) -> bool {
+        self.models.holds_any_in(namespace)
+            || self.deployments.holds_any_in(namespace)
+            || self.config_maps.holds_any_in(namespace)
+    }
+}
+
 /// Orders two resourceVersions when both are comparable (positive decimal
 /// integers without leading zeros).
 pub fn compare(a: &str, b: &str) -> Option<Ordering> {
@@ -225,6 +234,17 @@ impl<K: kube::Resource + Clone> Recent<K> {
             .collect()
     }
 
+    /// Whether anything is kept in `namespace`: a decision there may see
+    /// these writes rather than the caches.
+    pub fn holds_any_in(&self, namespace: &str) -> bool {
+        let state = self.entries.lock().expect("recent writes");
+        state
+            .by_name
+            .range(key(namespace, "")..)
+            .next()
+            .is_some_and(|((ns, _), _)| ns == namespace)
+    }
+
     /// How many objects are kept.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -280,6 +300,8 @@ mod tests {
         assert_eq!(recent.names_in("ab"), ["y"]);
         assert_eq!(recent.names_in(""), ["w"]);
         assert!(recent.names_in("c").is_empty());
+        assert!(recent.holds_any_in("a") && recent.holds_any_in("ab") && recent.holds_any_in(""));
+        assert!(!recent.holds_any_in("c") && !recent.holds_any_in("aa"));
     }
 
     #[test]

@@ -34,6 +34,7 @@ use super::events::Recorder;
 use super::metrics::Metrics;
 use super::model::RawModel;
 use super::replica_set::CachedReplicaSet;
+use super::settled::Inputs;
 use crate::api::names::{
     FIELD_MANAGER, FINALIZER, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
     REPLICAS_HANDOVER_FIELD_MANAGER,
@@ -126,6 +127,8 @@ pub struct Context {
     pub prober: super::probe::Prober,
     /// What the operator wrote that the caches may not show yet.
     pub written: super::recent::Written,
+    /// Resources at rest, which a resync need not decide again.
+    pub settled: super::settled::Settled,
 }
 
 /// Reconciles one OpenMedModel (the controller's reconcile function).
@@ -165,6 +168,9 @@ pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, 
         Err(_) => "error",
     };
     ctx.metrics.reconciled(outcome, started.elapsed());
+    if result.is_err() {
+        ctx.settled.forget(&key);
+    }
     {
         let mut failures = ctx.failures.lock().expect("failures");
         if result.is_ok() {
@@ -328,6 +334,11 @@ struct Fresh {
 }
 
 impl Fresh {
+    /// Whether nothing was read live.
+    fn is_empty(&self) -> bool {
+        self.deployments.is_empty() && self.config_maps.is_empty() && self.routes.is_empty()
+    }
+
     /// Reads live every object a decision about `view` looks at.
     ///
     /// The caches lag behind the API server: right after a write, the next
@@ -484,17 +495,46 @@ fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).expect("a valid time"))
 }
 
+/// Where the resource and the caches of its namespace stand, before
+/// anything is read from them (see [`super::settled`]).
+fn inputs(ctx: &Context, obj: &RawModel) -> Inputs {
+    let namespace = obj.metadata.namespace.as_deref().unwrap_or_default();
+    Inputs {
+        resource: (
+            obj.metadata.uid.clone().unwrap_or_default(),
+            obj.metadata.resource_version.clone().unwrap_or_default(),
+        ),
+        caches: [
+            ctx.models.version(namespace),
+            ctx.deployments.version(namespace),
+            ctx.config_maps.version(namespace),
+            ctx.autoscalers.version(namespace),
+            ctx.replica_sets.version(namespace),
+            ctx.pods.version(namespace),
+        ],
+    }
+}
+
 async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     wait_for_caches(ctx).await?;
     let namespace = obj.namespace().unwrap_or_default();
+    let key = format!("{namespace}/{}", obj.name_any());
+    let inputs = inputs(ctx, obj);
+    // A canary's checks, when due, run once, before the decisions that
+    // judge them.
+    let checks = rollout::analysis_checks(&obj.view(), &ctx.settings, &now());
+    if checks.is_empty()
+        && ctx.settled.is_settled(&key, &inputs)
+        && !ctx.written.holds_any_in(&namespace)
+    {
+        ctx.metrics.resync_skipped();
+        return Ok(Action::requeue(ctx.resync));
+    }
     let models: Api<RawModel> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut current = obj.clone();
     let mut fresh = Fresh::default();
     let mut refreshes = 0;
     let mut last_writes = String::new();
-    // A canary's checks, when due, run once, before the decisions that
-    // judge them.
-    let checks = rollout::analysis_checks(&current.view(), &ctx.settings, &now());
     let (probes, endpoints): (Vec<_>, Vec<_>) = checks
         .into_iter()
         .partition(|c| matches!(c, rollout::analysis::Check::Probes { .. }));
@@ -509,7 +549,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     // The quality gate judges the pods that await it, before the decisions
     // that read their marks.
     let judge_again = super::quality::judge_pods(&current, ctx).await;
-    for _ in 0..MAX_PASSES {
+    for pass in 0..MAX_PASSES {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
@@ -561,6 +601,20 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
             }
         }
         if decision.writes.is_empty() {
+            let at_rest = pass == 0
+                && status == view.status
+                && decision.events.is_empty()
+                && decision.requeue_after.is_none()
+                && judge_again.is_none()
+                && measurements.is_empty()
+                && fresh.is_empty()
+                && !ctx.written.holds_any_in(&namespace);
+            ctx.settled.record(&key, at_rest.then_some(inputs), |key| {
+                let (namespace, name) = key.split_once('/').unwrap_or_default();
+                ctx.models
+                    .get(&ObjectRef::new(name).within(namespace))
+                    .is_some()
+            });
             record_events(ctx, &current, &decision).await;
             let resync = ctx.resync;
             let after = [decision.requeue_after, judge_again]
@@ -635,6 +689,7 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
         if decision.finished {
             remove_finalizer(api, &current).await?;
             ctx.recorder.forget(&current);
+            ctx.settled.forget(&format!("{namespace}/{}", current.name_any()));
             return Ok(Action::await_change());
         }
         // What the deletion waits for is said in the status, so a

@@ -284,14 +284,6 @@ subjects:
     )
 }
 
-/// The value of a counter with this exact label set, 0 when absent.
-fn counter(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 fn a_refused_release_keeps_the_config_maps_and_the_finalizer() {
     block_on(async {
         let mut env = Env::new("refused").await;

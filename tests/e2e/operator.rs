@@ -940,6 +940,8 @@ fn a_steady_state_sends_no_requests() {
             .await;
         env.apply(&model_yaml("svc", &v1, "")).await;
         env.wait_ready("svc", &v1).await;
+        const SKIPPED: &str = "openmed_operator_resyncs_skipped_total ";
+        let skipped_before = counter(&env.operator.metrics().await, SKIPPED);
         // A minute of steady state, 30 resync periods of 2 s, after the
         // rollout's last writes settle into the caches.
         let requests = requests_at_rest(
@@ -953,6 +955,32 @@ fn a_steady_state_sends_no_requests() {
             "the operator sent requests in a steady state:\n{}",
             requests.join("\n")
         );
+        // At rest the resyncs were not decided again: at most the first
+        // few after the rollout were (they forget its writes).
+        let skipped = counter(&env.operator.metrics().await, SKIPPED) - skipped_before;
+        assert!(
+            skipped >= 20.0,
+            "{skipped} of about 30 resyncs at rest were skipped"
+        );
+        // A resource at rest still sees a change in its namespace: another
+        // writer removes the operator's env entry, and it comes back.
+        let remove = json!({"spec": {"template": {"spec": {"containers": [{"name": "openmed-service",
+            "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "$patch": "delete"}]}]}}}});
+        env.deployments()
+            .patch("svc", &PatchParams::default(), &Patch::Strategic(remove))
+            .await
+            .unwrap();
+        wait_until(
+            "the env entry to be restored",
+            ROLLOUT,
+            || env.deployment("svc"),
+            |d| {
+                env_entry(d, "openmed-service")["valueFrom"]["configMapKeyRef"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("svc-model-manifest-"))
+            },
+        )
+        .await;
         env.finish().await;
     });
 }

@@ -891,3 +891,11 @@ pub fn yaml_stream(docs: &[Value]) -> String {
         .collect::<Vec<_>>()
         .join("---\n")
 }
+
+/// The value of a counter with this exact label set, 0 when absent.
+pub fn counter(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
