@@ -5,20 +5,21 @@
 //! the Deployments, ConfigMaps, ReplicaSets and pods of its namespace. A
 //! kube store can only hand out every object it holds, so gathering from
 //! it costs the whole cache: at 10,000 models about 70,000 objects per
-//! reconcile, N² per resync. Beside each store this keeps the names of its
-//! objects by namespace, updated from the same watch events right after
-//! the store applies them, so a lookup costs what the namespace holds.
+//! reconcile, N² per resync. Beside each store this keeps its objects by
+//! namespace and name (the store's own `Arc`s, so nothing is copied),
+//! updated from the same watch events right after the store applies them,
+//! so a lookup costs what the namespace holds and neither hashes nor
+//! allocates per object.
 //!
-//! The index trails the store by one event at most: an object the store
-//! just gained may be missing from a lookup for that moment (as if the
-//! cache were an event older, which any cache may be), and a name whose
-//! object the store just dropped finds nothing and is skipped.
+//! The index trails the store by one event at most: a lookup may miss an
+//! object the store just gained, or return one it just dropped or
+//! replaced, as if the cache were an event older, which any cache may be.
 //!
 //! It also counts the changes per namespace ([`ByNamespace::version`]), so
 //! a resync can tell that a namespace holds what it held at the last
 //! decision without looking at its objects.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Deref;
 use std::sync::{Arc, RwLock};
 
@@ -26,18 +27,26 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-/// Names by namespace ("" for cluster-scoped objects).
-type Names = HashMap<String, BTreeSet<String>>;
+/// Objects by namespace ("" for cluster-scoped objects) and name.
+type Objects<K> = HashMap<String, BTreeMap<String, Arc<K>>>;
 
-#[derive(Debug, Default)]
-struct Index {
-    live: Names,
-    /// The list being received, swapped in when it ends, as the store does.
-    relist: Option<Names>,
+#[derive(Debug)]
+struct Index<K> {
+    live: Objects<K>,
     /// Applies and deletes seen per namespace.
     changes: HashMap<String, u64>,
     /// Lists swapped in (each may change any namespace).
     relists: u64,
+}
+
+impl<K> Default for Index<K> {
+    fn default() -> Self {
+        Index {
+            live: HashMap::new(),
+            changes: HashMap::new(),
+            relists: 0,
+        }
+    }
 }
 
 /// Where a namespace of a cache stands: two equal versions of the same
@@ -49,11 +58,11 @@ pub struct Version {
     changes: u64,
 }
 
-/// A kube store and the names of its objects by namespace.
+/// A kube store and its objects by namespace.
 #[derive(Debug)]
 pub struct ByNamespace<K: Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
-    index: Arc<RwLock<Index>>,
+    index: Arc<RwLock<Index<K>>>,
 }
 
 impl<K: Resource<DynamicType = ()> + 'static> Clone for ByNamespace<K> {
@@ -82,32 +91,47 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ByNamespace<K> {
         move |event| this.observe(event)
     }
 
-    /// Follows one watch event, as the store's writer did.
+    /// Follows one watch event, as the store's writer did: the store
+    /// applied it already, so the object to keep is the store's copy.
     pub fn observe<E>(&self, event: &Result<watcher::Event<K>, E>) {
         let Ok(event) = event else { return };
-        let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
         match event {
-            watcher::Event::Init => index.relist = Some(Names::new()),
-            watcher::Event::InitApply(object) => {
-                insert(index.relist.get_or_insert_with(Names::new), object);
-            }
+            // The store keeps a list being received apart and swaps it in
+            // when it ends; so does the index, by reading the new store.
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
             watcher::Event::InitDone => {
-                if let Some(listed) = index.relist.take() {
-                    index.live = listed;
+                let mut listed: Objects<K> = HashMap::new();
+                for object in self.store.state() {
+                    let (namespace, name) = names(&*object);
+                    listed
+                        .entry(namespace.to_owned())
+                        .or_default()
+                        .insert(name.to_owned(), object.clone());
                 }
+                let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
+                index.live = listed;
                 index.relists += 1;
             }
             watcher::Event::Apply(object) => {
-                changed(&mut index.changes, object);
-                insert(&mut index.live, object);
+                let stored = self.store.get(&ObjectRef::from_obj(object));
+                let (namespace, name) = names(object);
+                let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
+                changed(&mut index.changes, namespace);
+                if let Some(stored) = stored {
+                    index
+                        .live
+                        .entry(namespace.to_owned())
+                        .or_default()
+                        .insert(name.to_owned(), stored);
+                }
             }
             watcher::Event::Delete(object) => {
-                changed(&mut index.changes, object);
-                let namespace = object.meta().namespace.as_deref().unwrap_or_default();
-                let name = object.meta().name.as_deref().unwrap_or_default();
-                if let Some(names) = index.live.get_mut(namespace) {
-                    names.remove(name);
-                    if names.is_empty() {
+                let (namespace, name) = names(object);
+                let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
+                changed(&mut index.changes, namespace);
+                if let Some(objects) = index.live.get_mut(namespace) {
+                    objects.remove(name);
+                    if objects.is_empty() {
                         index.live.remove(namespace);
                     }
                 }
@@ -117,17 +141,12 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ByNamespace<K> {
 
     /// The cached objects of `namespace`, by name.
     pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
-        let names: Vec<String> = {
-            let index = self.index.read().unwrap_or_else(|e| e.into_inner());
-            match index.live.get(namespace) {
-                Some(names) => names.iter().cloned().collect(),
-                None => return Vec::new(),
-            }
-        };
-        names
-            .into_iter()
-            .filter_map(|name| self.store.get(&ObjectRef::new(&name).within(namespace)))
-            .collect()
+        let index = self.index.read().unwrap_or_else(|e| e.into_inner());
+        index
+            .live
+            .get(namespace)
+            .map(|objects| objects.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Where `namespace` stands now. Taken before a lookup, it is never
@@ -142,22 +161,21 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> ByNamespace<K> {
     }
 }
 
-fn changed<K: Resource>(changes: &mut HashMap<String, u64>, object: &K) {
-    let namespace = object.meta().namespace.as_deref().unwrap_or_default();
+fn names<K: Resource>(object: &K) -> (&str, &str) {
+    let meta = object.meta();
+    (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
+}
+
+fn changed(changes: &mut HashMap<String, u64>, namespace: &str) {
     match changes.get_mut(namespace) {
         Some(n) => *n += 1,
         None => {
             changes.insert(namespace.to_owned(), 1);
         }
     }
-}
-
-fn insert<K: Resource>(names: &mut Names, object: &K) {
-    let meta = object.meta();
-    names
-        .entry(meta.namespace.clone().unwrap_or_default())
-        .or_default()
-        .insert(meta.name.clone().unwrap_or_default());
 }
 
 /// Everything a kube store answers (`get`, `state`, readiness) stays
@@ -261,6 +279,41 @@ mod tests {
         assert_eq!(names(&cache, "a"), ["gone"]);
         feed(&mut writer, &cache, watcher::Event::InitDone);
         assert_eq!(names(&cache, "a"), ["new"]);
+    }
+
+    #[test]
+    fn a_lookup_hands_out_the_store_s_own_copies() {
+        let (store, mut writer) = reflector::store();
+        let cache = ByNamespace::new(store);
+        feed(&mut writer, &cache, watcher::Event::Init);
+        feed(&mut writer, &cache, watcher::Event::InitApply(cm("a", "x")));
+        feed(&mut writer, &cache, watcher::Event::InitDone);
+        feed(&mut writer, &cache, watcher::Event::Apply(cm("a", "y")));
+        for object in cache.in_namespace("a") {
+            let stored = cache.get(&ObjectRef::from_obj(&*object)).unwrap();
+            assert!(Arc::ptr_eq(&object, &stored));
+        }
+    }
+
+    #[test]
+    fn a_namespace_s_version_moves_with_its_own_changes_and_every_relist() {
+        let (store, mut writer) = reflector::store();
+        let cache = ByNamespace::new(store);
+        let start = (cache.version("a"), cache.version("b"));
+        feed(&mut writer, &cache, watcher::Event::Apply(cm("a", "x")));
+        let applied = (cache.version("a"), cache.version("b"));
+        assert_ne!(applied.0, start.0);
+        assert_eq!(applied.1, start.1, "another namespace's change");
+        feed(&mut writer, &cache, watcher::Event::Delete(cm("a", "x")));
+        let deleted = cache.version("a");
+        assert_ne!(deleted, applied.0);
+        assert_eq!(cache.version("a"), deleted, "nothing happened since");
+        feed(&mut writer, &cache, watcher::Event::Init);
+        feed(&mut writer, &cache, watcher::Event::InitApply(cm("c", "z")));
+        assert_eq!(cache.version("b"), applied.1, "a list not yet swapped in");
+        feed(&mut writer, &cache, watcher::Event::InitDone);
+        assert_ne!(cache.version("a"), deleted);
+        assert_ne!(cache.version("b"), applied.1);
     }
 
     #[test]
