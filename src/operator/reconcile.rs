@@ -689,7 +689,8 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
         if decision.finished {
             remove_finalizer(api, &current).await?;
             ctx.recorder.forget(&current);
-            ctx.settled.forget(&format!("{namespace}/{}", current.name_any()));
+            ctx.settled
+                .forget(&format!("{namespace}/{}", current.name_any()));
             return Ok(Action::await_change());
         }
         // What the deletion waits for is said in the status, so a

@@ -61,12 +61,7 @@ impl Settled {
     /// Records the outcome of a decision on `inputs`: settled or not.
     /// `exists` answers whether a resource still exists, for dropping
     /// the ones that are gone now and then.
-    pub fn record(
-        &self,
-        key: &str,
-        inputs: Option<Inputs>,
-        exists: impl Fn(&str) -> bool,
-    ) {
+    pub fn record(&self, key: &str, inputs: Option<Inputs>, exists: impl Fn(&str) -> bool) {
         let mut state = self.state.lock().expect("settled");
         let Some(inputs) = inputs else {
             state.by_key.remove(key);
@@ -74,7 +69,7 @@ impl Settled {
         };
         state.by_key.insert(key.to_owned(), inputs);
         state.settled += 1;
-        if state.settled % PRUNE_EVERY == 0 {
+        if state.settled.is_multiple_of(PRUNE_EVERY) {
             state.by_key.retain(|k, _| exists(k));
         }
     }
