@@ -374,23 +374,24 @@ fn steps_then_promotes_and_the_route_ends_as_in_git() {
             stable_before,
             "the stable Deployment rolled at the promotion"
         );
-        let reasons: Vec<String> = env
-            .event_reasons("svc")
-            .await
-            .into_iter()
-            .map(|(r, _)| r)
-            .collect();
-        for r in [
-            "CanaryStarted",
-            "CanaryWeightChanged",
-            "CanaryPromoting",
-            "CanaryPromoted",
-        ] {
-            assert!(
-                reasons.iter().any(|x| x == r),
-                "{r} missing from {reasons:?}"
-            );
-        }
+        // Events are recorded after the writes of the decision they tell
+        // of, so the last may follow the status that shows it.
+        wait_until(
+            "every step of the canary in the resource's events",
+            ROLLOUT,
+            || env.event_reasons("svc"),
+            |reasons| {
+                [
+                    "CanaryStarted",
+                    "CanaryWeightChanged",
+                    "CanaryPromoting",
+                    "CanaryPromoted",
+                ]
+                .iter()
+                .all(|r| reasons.iter().any(|(x, _)| x == r))
+            },
+        )
+        .await;
         env.finish().await;
     });
 }
