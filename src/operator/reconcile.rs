@@ -32,7 +32,7 @@ use tracing::{info, instrument, warn};
 use super::by_namespace::ByNamespace;
 use super::events::Recorder;
 use super::metrics::Metrics;
-use super::model::RawModel;
+use super::model::{JsonText, RawModel};
 use super::replica_set::CachedReplicaSet;
 use super::settled::Inputs;
 use crate::api::names::{
@@ -261,10 +261,13 @@ async fn report_error(api: &Api<RawModel>, obj: &RawModel, error: &Error, ctx: &
     // A replace of the status the cache holds, with its resourceVersion:
     // the verb the operator already has, and a conflict rather than an
     // overwrite when the status moved on meanwhile.
-    let mut status = obj.status.clone().unwrap_or_else(|| serde_json::json!({}));
+    let mut status = obj
+        .status
+        .as_ref()
+        .map_or_else(|| serde_json::json!({}), JsonText::value);
     status["conditions"] = serde_json::to_value(&conditions).unwrap_or_default();
     let mut next = obj.clone();
-    next.status = Some(status);
+    next.status = Some(JsonText::of(&status));
     next.types = Some(kube::api::TypeMeta {
         api_version: API_VERSION.to_owned(),
         kind: KIND.to_owned(),
@@ -966,7 +969,9 @@ async fn write_status(
     ctx: &Context,
 ) -> Result<RawModel, kube::Error> {
     let mut next = current.clone();
-    next.status = Some(serde_json::to_value(status).map_err(kube::Error::SerdeError)?);
+    next.status = Some(JsonText::of(
+        &serde_json::to_value(status).map_err(kube::Error::SerdeError)?,
+    ));
     // Objects from a list or watch may lack their type; a replace needs it.
     next.types = Some(kube::api::TypeMeta {
         api_version: API_VERSION.to_owned(),
