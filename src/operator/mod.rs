@@ -9,9 +9,11 @@
 //! network peer is the Kubernetes API server.
 
 mod by_namespace;
+mod deployment;
 mod events;
 mod health;
 mod http;
+mod json_text;
 pub mod leader;
 mod metrics;
 mod model;
@@ -29,7 +31,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus};
 use kube::client::ClientBuilder;
@@ -327,7 +328,7 @@ async fn run_scope(
     let deployments = ByNamespace::new(deployments);
     let deployment_events = observed(
         watcher(
-            api::<Deployment>(client, &scope),
+            api::<deployment::CachedDeployment>(client, &scope),
             watcher::Config::default().labels(&format!("{OPERATED_BY_LABEL}={FIELD_MANAGER}")),
         )
         .default_backoff(),
@@ -506,15 +507,18 @@ async fn run_scope(
     }
     controller
         .owns_stream(config_map_events)
-        .watches_stream(deployment_events, |deployment: Deployment| {
-            // The annotation names the owner, `<namespace>/<name>`.
-            let owner = deployment
-                .annotations()
-                .get(MODEL_RESOURCE_ANNOTATION)?
-                .clone();
-            let (namespace, name) = owner.split_once('/')?;
-            Some(ObjectRef::<RawModel>::new(name).within(namespace))
-        })
+        .watches_stream(
+            deployment_events,
+            |deployment: deployment::CachedDeployment| {
+                // The annotation names the owner, `<namespace>/<name>`.
+                let owner = deployment
+                    .annotations()
+                    .get(MODEL_RESOURCE_ANNOTATION)?
+                    .clone();
+                let (namespace, name) = owner.split_once('/')?;
+                Some(ObjectRef::<RawModel>::new(name).within(namespace))
+            },
+        )
         // ReplicaSets only fill their cache: a snapshot they stop needing is
         // collected at the model's next resync.
         .watches_stream(replica_set_events, |_| None::<ObjectRef<RawModel>>)
@@ -669,9 +673,9 @@ fn scale_target(hpa: &HorizontalPodAutoscaler) -> Option<u64> {
 /// `decide` judges a rollout's deadline from when that write landed by the
 /// API server's clock, hands `replicas` over before an apply that stops
 /// sending it, and after a restart the cache is where it finds both.
-fn keep_own_apply_time(deployment: &mut Deployment) {
+fn keep_own_apply_time<K: ResourceExt>(deployment: &mut K) {
     let own = deployment
-        .metadata
+        .meta_mut()
         .managed_fields
         .take()
         .into_iter()
@@ -694,7 +698,7 @@ fn keep_own_apply_time(deployment: &mut Deployment) {
             m
         })
         .collect::<Vec<_>>();
-    deployment.metadata.managed_fields = (!own.is_empty()).then_some(own);
+    deployment.meta_mut().managed_fields = (!own.is_empty()).then_some(own);
 }
 
 /// Completes on SIGTERM (what Kubernetes sends) or SIGINT.

@@ -8,7 +8,9 @@
 
 use kube::Resource;
 use kube::core::ObjectMeta;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
+
+pub use super::json_text::JsonText;
 use serde_json::Value;
 
 use crate::api::OpenMedModel;
@@ -29,41 +31,6 @@ pub struct RawModel {
     /// The status, unparsed, as text (see [`JsonText`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<JsonText>,
-}
-
-/// A JSON value kept as its compact text.
-///
-/// Every OpenMedModel stays in the watch cache, and its status (conditions,
-/// the last two good specs, a canary's progress) is the largest part of
-/// it: about 2.3 KB as text, 11 KB as a tree of `Value`s, where every map
-/// entry is a hashed key, a boxed string and an 80-byte value. A decision
-/// reads the status once, to build its view; at 10,000 models keeping the
-/// text instead saves about 90 MB.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JsonText(Box<str>);
-
-impl JsonText {
-    /// The compact text of `value`.
-    pub fn of(value: &Value) -> Self {
-        JsonText(value.to_string().into_boxed_str())
-    }
-
-    /// The value again.
-    pub fn value(&self) -> Value {
-        serde_json::from_str(&self.0).expect("the text of a JSON value parses")
-    }
-}
-
-impl Serialize for JsonText {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.value().serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for JsonText {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Value::deserialize(deserializer).map(|v| JsonText::of(&v))
-    }
 }
 
 impl RawModel {
@@ -152,6 +119,9 @@ mod tests {
         assert_eq!(serde_json::to_value(&model).unwrap(), object);
         // Key order survives, so a write sends the status as it came.
         let text = serde_json::to_string(&model).unwrap();
-        assert!(text.contains(r#""status":{"phase":"Ready","conditions""#), "{text}");
+        assert!(
+            text.contains(r#""status":{"phase":"Ready","conditions""#),
+            "{text}"
+        );
     }
 }

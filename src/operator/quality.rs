@@ -161,7 +161,8 @@ fn service_address(
     let namespace = resource.metadata.namespace.as_deref();
     let target = ctx
         .deployments
-        .get(&ObjectRef::new(resource.target_name()).within(namespace?))?;
+        .get(&ObjectRef::new(resource.target_name()).within(namespace?))?
+        .deployment();
     let port = quality::service_port(&target, container)?;
     Some((port, quality::service_host(&target, container)))
 }

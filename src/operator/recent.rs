@@ -35,7 +35,7 @@ pub struct Written {
     /// OpenMedModels (finalizer and status writes).
     pub models: Recent<super::RawModel>,
     /// Deployments.
-    pub deployments: Recent<k8s_openapi::api::apps::v1::Deployment>,
+    pub deployments: Recent<super::deployment::CachedDeployment>,
     /// ConfigMaps.
     pub config_maps: Recent<k8s_openapi::api::core::v1::ConfigMap>,
 }

@@ -30,6 +30,7 @@ use kube::{Client, ResourceExt};
 use tracing::{info, instrument, warn};
 
 use super::by_namespace::ByNamespace;
+use super::deployment::CachedDeployment;
 use super::events::Recorder;
 use super::metrics::Metrics;
 use super::model::{JsonText, RawModel};
@@ -98,7 +99,7 @@ pub struct Context {
     /// Every OpenMedModel in scope (the controller's own cache).
     pub models: ByNamespace<RawModel>,
     /// Deployments labelled as managed by this operator.
-    pub deployments: ByNamespace<Deployment>,
+    pub deployments: ByNamespace<CachedDeployment>,
     /// ConfigMaps labelled as managed by this operator.
     pub config_maps: ByNamespace<ConfigMap>,
     /// HorizontalPodAutoscalers in scope.
@@ -358,8 +359,8 @@ impl Fresh {
         names.extend(
             ctx.deployments
                 .in_namespace(namespace)
-                .iter()
-                .filter(|d| claims(d, &key))
+                .into_iter()
+                .filter(|d| claims(&**d, &key))
                 .map(|d| d.name_any()),
         );
         names.retain(|n| !self.deployments.contains_key(n));
@@ -371,7 +372,7 @@ impl Fresh {
         found
             .iter()
             .flatten()
-            .for_each(|d| ctx.written.deployments.wrote(d));
+            .for_each(|d| ctx.written.deployments.wrote(&CachedDeployment::of(d)));
         self.deployments.extend(names.into_iter().zip(found));
         let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
         let mut names = rollout::config_map_names(view);
@@ -429,7 +430,7 @@ async fn deployment_named(
     let cached = ctx.deployments.get(&ObjectRef::new(name).within(namespace));
     let deleted = cached.is_some();
     if let Some(d) = ctx.written.deployments.newest(namespace, name, cached) {
-        return Ok(Some((*d).clone()));
+        return Ok(Some(d.deployment()));
     }
     if deleted {
         return Ok(None);
@@ -459,7 +460,7 @@ where
 // the namespace each resync: compare in place, never allocate.
 
 /// A Deployment whose fields the resource `key` manages.
-fn claims(deployment: &Deployment, key: &str) -> bool {
+fn claims(deployment: &impl ResourceExt, key: &str) -> bool {
     deployment
         .annotations()
         .get(MODEL_RESOURCE_ANNOTATION)
@@ -819,16 +820,16 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         .deployments
         .in_namespace(namespace)
         .into_iter()
-        .filter(|d| claims(d, &key))
-        .map(|d| (d.name_any(), (*d).clone()))
+        .filter(|d| claims(&**d, &key))
+        .map(|d| (d.name_any(), d.deployment()))
         .collect();
     for name in ctx.written.deployments.names_in(namespace) {
         let cached = ctx
             .deployments
             .get(&ObjectRef::new(&name).within(namespace));
         match ctx.written.deployments.newest(namespace, &name, cached) {
-            Some(d) if claims(&d, &key) => {
-                claimed.insert(name, (*d).clone());
+            Some(d) if claims(&*d, &key) => {
+                claimed.insert(name, d.deployment());
             }
             _ => {
                 claimed.remove(&name);
@@ -1114,7 +1115,9 @@ async fn execute(
                 };
                 let patch = at_version(patch, seen.deployments.get(name).and_then(Option::as_ref));
                 let stored = api.patch(name, &params, &Patch::Merge(&patch)).await?;
-                ctx.written.deployments.wrote(&stored);
+                ctx.written
+                    .deployments
+                    .wrote(&CachedDeployment::of(&stored));
                 seen.deployment_written(&stored);
                 fresh.deployments.insert(name.clone(), Some(stored));
             }
@@ -1129,7 +1132,9 @@ async fn execute(
                 let params = PatchParams::apply(REPLICAS_HANDOVER_FIELD_MANAGER);
                 match api.patch(name, &params, &Patch::Apply(&body)).await {
                     Ok(stored) => {
-                        ctx.written.deployments.wrote(&stored);
+                        ctx.written
+                            .deployments
+                            .wrote(&CachedDeployment::of(&stored));
                         seen.deployment_written(&stored);
                         fresh.deployments.insert(name.clone(), Some(stored));
                     }
@@ -1149,7 +1154,9 @@ async fn execute(
                 let body = at_version(body, seen.deployments.get(name).and_then(Option::as_ref));
                 match api.patch(name, &apply, &Patch::Apply(&body)).await {
                     Ok(stored) => {
-                        ctx.written.deployments.wrote(&stored);
+                        ctx.written
+                            .deployments
+                            .wrote(&CachedDeployment::of(&stored));
                         seen.deployment_written(&stored);
                         fresh.deployments.insert(name.clone(), Some(stored));
                     }
