@@ -357,7 +357,7 @@ async fn run_scope(
         health.clone(),
         metrics.clone(),
     )
-    .modify(forget_managed_fields)
+    .modify(forget_write_records)
     .reflect(config_map_writer)
     .inspect(config_maps.observer())
     .inspect({
@@ -452,7 +452,7 @@ async fn run_scope(
         health.clone(),
         metrics.clone(),
     )
-    .modify(forget_managed_fields)
+    .modify(forget_write_records)
     .reflect(model_writer)
     .inspect(models.observer())
     .inspect({
@@ -577,14 +577,30 @@ fn became_leader(fence: &Fence) -> impl futures::Stream<Item = ()> + Send + 'sta
         .filter_map(|led| std::future::ready(led.then_some(())))
 }
 
-/// Drops `metadata.managedFields` before an object is cached: `decide`
-/// never reads it, and it is often the largest part of an object, so the
-/// caches hold half as much or less.
+/// Drops what records how an object was written rather than what it is,
+/// before it is cached: `metadata.managedFields`, often the largest part of
+/// an object, and the copy of the whole object that `kubectl apply` keeps
+/// in an annotation (as do GitOps tools that apply the same way). `decide`
+/// reads neither, and the caches hold half as much or less.
 ///
 /// `None`, not an empty list: a status update sends the cached object back,
-/// and an absent field is the one form every API server leaves alone.
-fn forget_managed_fields<K: ResourceExt>(object: &mut K) {
+/// and an absent field is the one form every API server leaves alone. The
+/// annotation is safe to drop for the same reason: a status update does
+/// not change metadata, and every other write is a patch.
+fn forget_write_records<K: ResourceExt>(object: &mut K) {
     object.meta_mut().managed_fields = None;
+    forget_last_applied(object.meta_mut());
+}
+
+/// Drops the annotation where `kubectl apply` keeps the object as last
+/// applied.
+fn forget_last_applied(meta: &mut kube::core::ObjectMeta) {
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
 }
 
 /// Keeps of a pod what the core reads ([`PodView`]): name, namespace,
@@ -592,7 +608,7 @@ fn forget_managed_fields<K: ResourceExt>(object: &mut K) {
 /// counts and last exits, its address, and the conditions and readiness
 /// gate of the quality gate.
 fn keep_container_statuses(pod: &mut Pod) {
-    forget_managed_fields(pod);
+    forget_write_records(pod);
     let meta = &mut pod.metadata;
     meta.annotations = meta.annotations.take().and_then(|mut all| {
         let owner = all.remove(MODEL_RESOURCE_ANNOTATION)?;
@@ -647,7 +663,7 @@ fn pod_view_hash(pod: &Pod) -> Option<u64> {
 /// Keeps of an HPA only its identity and scale target: all `decide` asks of
 /// it is whether it scales a model's Deployment.
 fn keep_scale_target(hpa: &mut HorizontalPodAutoscaler) {
-    forget_managed_fields(hpa);
+    forget_write_records(hpa);
     let meta = &mut hpa.metadata;
     meta.annotations = None;
     meta.labels = None;
@@ -668,12 +684,13 @@ fn scale_target(hpa: &HorizontalPodAutoscaler) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Like [`forget_managed_fields`], but keeps the time of the operator's own
+/// Like [`forget_write_records`], but keeps the time of the operator's own
 /// last apply, and of its field list only whether it owns `spec.replicas`:
 /// `decide` judges a rollout's deadline from when that write landed by the
 /// API server's clock, hands `replicas` over before an apply that stops
 /// sending it, and after a restart the cache is where it finds both.
 fn keep_own_apply_time<K: ResourceExt>(deployment: &mut K) {
+    forget_last_applied(deployment.meta_mut());
     let own = deployment
         .meta_mut()
         .managed_fields
@@ -718,4 +735,36 @@ async fn shutdown_signal() {
         let _ = ctrl_c.await;
     }
     info!("shutting down: finishing reconciles in flight");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use serde_json::json;
+
+    #[test]
+    fn what_records_a_write_is_not_cached_and_the_rest_is() {
+        let last_applied = "kubectl.kubernetes.io/last-applied-configuration";
+        let mut cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "m", "annotations": {last_applied: "{…}", "keep": "me"},
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+            "data": {"k": "v"},
+        }))
+        .unwrap();
+        forget_write_records(&mut cm);
+        assert_eq!(cm.metadata.managed_fields, None);
+        assert_eq!(
+            cm.metadata.annotations,
+            Some([("keep".to_owned(), "me".to_owned())].into())
+        );
+        assert_eq!(cm.data, Some([("k".to_owned(), "v".to_owned())].into()));
+
+        let mut deployment: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "d", "annotations": {last_applied: "{…}"}},
+        }))
+        .unwrap();
+        keep_own_apply_time(&mut deployment);
+        assert_eq!(deployment.metadata.annotations, None);
+    }
 }

@@ -46,9 +46,9 @@ pub struct Written {
 impl Default for Written {
     fn default() -> Self {
         Written {
-            models: Recent::new(super::forget_managed_fields),
+            models: Recent::new(super::forget_write_records),
             deployments: Recent::new(super::keep_own_apply_time),
-            config_maps: Recent::new(super::forget_managed_fields),
+            config_maps: Recent::new(super::forget_write_records),
         }
     }
 }
