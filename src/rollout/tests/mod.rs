@@ -183,6 +183,9 @@ impl World {
                     );
                 }
             }
+            if d.writes.is_empty() {
+                self.assert_at_rest_means_timeless(&d);
+            }
             self.resource.status = d.status;
             events.extend(d.events);
             if d.writes.is_empty() {
@@ -195,6 +198,39 @@ impl World {
             }
         }
         panic!("decide kept asking for writes");
+    }
+
+    /// The operator skips the resyncs of a resource at rest
+    /// (`operator::settled`): a decision that writes nothing, changes no
+    /// status, says nothing and asks for no timer is taken to stay the
+    /// same until its inputs change. So time alone must not change it: a
+    /// rule that reads the clock asks to be looked at again instead.
+    fn assert_at_rest_means_timeless(&mut self, d: &Decision) {
+        let at_rest = d.writes.is_empty()
+            && d.status == self.resource.status
+            && d.events.is_empty()
+            && d.requeue_after.is_none()
+            && self.measurements.is_empty();
+        if !at_rest {
+            return;
+        }
+        let now = self.now;
+        for later in [1, 61, 601, 86_400] {
+            self.now = now + later;
+            let again = self.decide();
+            assert!(
+                again.writes.is_empty()
+                    && again.status == self.resource.status
+                    && again.events.is_empty(),
+                "a decision at rest changed {later} s later with no timer set: \
+                 writes {:?}, events {:?}, status {:#?} then {:#?}",
+                again.writes,
+                again.events,
+                self.resource.status,
+                again.status
+            );
+        }
+        self.now = now;
     }
 
     fn execute(&mut self, write: &Write) {
