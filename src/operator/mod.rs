@@ -9,6 +9,7 @@
 //! network peer is the Kubernetes API server.
 
 mod by_namespace;
+mod config_map;
 mod deployment;
 mod events;
 mod health;
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::client::ClientBuilder;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -349,7 +350,7 @@ async fn run_scope(
     let config_maps = ByNamespace::new(config_maps);
     let config_map_events = observed(
         watcher(
-            api::<ConfigMap>(client, &scope),
+            api::<config_map::CachedConfigMap>(client, &scope),
             watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}")),
         )
         .default_backoff(),
@@ -741,6 +742,7 @@ async fn shutdown_signal() {
 mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ConfigMap;
     use serde_json::json;
 
     #[test]

@@ -16,36 +16,64 @@ use serde_json::Value;
 use crate::api::OpenMedModel;
 use crate::rollout::ResourceView;
 
-/// An `OpenMedModel` with raw spec and status.
+/// An `OpenMedModel` with raw spec and status, kept as JSON text (see
+/// [`JsonText`]); the spec's target name, which every lookup of a
+/// namespace's models reads, is taken out once when the object arrives.
 #[derive(Resource, Serialize, Deserialize, Clone, Debug)]
 #[resource(inherit = OpenMedModel)]
+#[serde(from = "Stored")]
 pub struct RawModel {
     /// `apiVersion` and `kind`.
-    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub types: Option<kube::api::TypeMeta>,
     /// Standard object metadata.
     pub metadata: ObjectMeta,
     /// The spec, unparsed.
-    #[serde(default)]
-    pub spec: Value,
-    /// The status, unparsed, as text (see [`JsonText`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spec: JsonText,
+    /// The status, unparsed.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<JsonText>,
+    /// `rollout::target_name_of` the spec.
+    #[serde(skip)]
+    target: Box<str>,
+}
+
+/// The object as stored, before the spec becomes text.
+#[derive(Deserialize)]
+struct Stored {
+    #[serde(flatten, default)]
+    types: Option<kube::api::TypeMeta>,
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Value,
+    #[serde(default)]
+    status: Option<JsonText>,
+}
+
+impl From<Stored> for RawModel {
+    fn from(stored: Stored) -> Self {
+        let name = stored.metadata.name.as_deref().unwrap_or_default();
+        let target = crate::rollout::target_name_of(name, &stored.spec).into();
+        RawModel {
+            types: stored.types,
+            spec: JsonText::of(&stored.spec),
+            metadata: stored.metadata,
+            status: stored.status,
+            target,
+        }
+    }
 }
 
 impl RawModel {
     /// The Deployment this resource names (see `rollout::target_name`).
     pub fn target_name(&self) -> &str {
-        crate::rollout::target_name_of(
-            self.metadata.name.as_deref().unwrap_or_default(),
-            &self.spec,
-        )
+        &self.target
     }
 
     /// The lenient view `decide` reads.
     pub fn view(&self) -> ResourceView {
         let status = self.status.as_ref().map(JsonText::value);
-        ResourceView::new(&self.metadata, self.spec.clone(), status.as_ref())
+        ResourceView::new(&self.metadata, self.spec.value(), status.as_ref())
     }
 }
 
@@ -105,6 +133,26 @@ mod tests {
     }
 
     #[test]
+    fn the_target_is_read_from_the_spec_once() {
+        let model: RawModel = serde_json::from_value(json!({
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"targetRef": {"name": "svc"}},
+        }))
+        .unwrap();
+        assert_eq!(model.target_name(), "svc");
+        let odd: RawModel = serde_json::from_value(json!({
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"targetRef": {"name": 5}},
+        }))
+        .unwrap();
+        assert_eq!(
+            odd.target_name(),
+            "m",
+            "as rollout::target_name_of reads it"
+        );
+    }
+
+    #[test]
     fn a_status_kept_as_text_is_written_back_as_it_was_read() {
         let status = json!({"phase": "Ready", "conditions": [{"type": "Ready", "status": "True"}],
             "lastSuccessfulSpec": {"version": "v1", "family": "pii"}});
@@ -116,6 +164,12 @@ mod tests {
         });
         let model: RawModel = serde_json::from_value(object.clone()).unwrap();
         assert_eq!(model.status.as_ref().unwrap().value(), status);
+        assert_eq!(model.view().spec, object["spec"]);
+        assert_eq!(
+            model.target_name(),
+            "m",
+            "no targetRef: the resource's own name"
+        );
         assert_eq!(serde_json::to_value(&model).unwrap(), object);
         // Key order survives, so a write sends the status as it came.
         let text = serde_json::to_string(&model).unwrap();

@@ -37,7 +37,7 @@ pub struct Written {
     /// Deployments.
     pub deployments: Recent<super::deployment::CachedDeployment>,
     /// ConfigMaps.
-    pub config_maps: Recent<k8s_openapi::api::core::v1::ConfigMap>,
+    pub config_maps: Recent<super::config_map::CachedConfigMap>,
 }
 
 /// Each kind is kept as its cache keeps it: a write's answer carries
@@ -280,7 +280,9 @@ mod tests {
         let written = Written::default();
         let mut c = cm("1", "u");
         c.metadata.managed_fields = Some(vec![Default::default()]);
-        written.config_maps.wrote(&c);
+        written
+            .config_maps
+            .wrote(&super::super::config_map::CachedConfigMap::of(&c));
         let kept = written.config_maps.newest("ns", "m", None).expect("kept");
         assert_eq!(kept.metadata.managed_fields, None);
         assert_eq!(kept.metadata.resource_version.as_deref(), Some("1"));

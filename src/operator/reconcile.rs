@@ -30,6 +30,7 @@ use kube::{Client, ResourceExt};
 use tracing::{info, instrument, warn};
 
 use super::by_namespace::ByNamespace;
+use super::config_map::CachedConfigMap;
 use super::deployment::CachedDeployment;
 use super::events::Recorder;
 use super::metrics::Metrics;
@@ -101,7 +102,7 @@ pub struct Context {
     /// Deployments labelled as managed by this operator.
     pub deployments: ByNamespace<CachedDeployment>,
     /// ConfigMaps labelled as managed by this operator.
-    pub config_maps: ByNamespace<ConfigMap>,
+    pub config_maps: ByNamespace<CachedConfigMap>,
     /// HorizontalPodAutoscalers in scope.
     pub autoscalers: ByNamespace<HorizontalPodAutoscaler>,
     /// ReplicaSets whose template references a snapshot (without their
@@ -379,8 +380,8 @@ impl Fresh {
         names.extend(
             ctx.config_maps
                 .in_namespace(namespace)
-                .iter()
-                .filter(|c| owns(c, view, &key))
+                .into_iter()
+                .filter(|c| owns(&**c, view, &key))
                 .map(|c| c.name_any()),
         );
         names.retain(|n| !self.config_maps.contains_key(n));
@@ -391,7 +392,7 @@ impl Fresh {
         found
             .iter()
             .flatten()
-            .for_each(|c| ctx.written.config_maps.wrote(c));
+            .for_each(|c| ctx.written.config_maps.wrote(&CachedConfigMap::of(c)));
         self.config_maps.extend(names.into_iter().zip(found));
         Ok(())
     }
@@ -468,7 +469,7 @@ fn claims(deployment: &impl ResourceExt, key: &str) -> bool {
 }
 
 /// A ConfigMap of the resource: owned by it, or annotated with its key.
-fn owns(config_map: &ConfigMap, view: &ResourceView, key: &str) -> bool {
+fn owns(config_map: &impl ResourceExt, view: &ResourceView, key: &str) -> bool {
     config_map
         .owner_references()
         .iter()
@@ -856,8 +857,8 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
 
     let mut config_maps: HashMap<String, ConfigMap> = HashMap::new();
     for cm in ctx.config_maps.in_namespace(namespace) {
-        if owns(&cm, view, &key) {
-            config_maps.insert(cm.name_any(), (*cm).clone());
+        if owns(&*cm, view, &key) {
+            config_maps.insert(cm.name_any(), cm.config_map());
         }
     }
     // A name the cache lacks is not read here: a decision that would
@@ -873,7 +874,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
             .config_maps
             .get(&ObjectRef::new(&name).within(namespace))
         {
-            config_maps.insert(name, (*cm).clone());
+            config_maps.insert(name, cm.config_map());
         }
     }
     for name in ctx.written.config_maps.names_in(namespace) {
@@ -881,8 +882,8 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
             .config_maps
             .get(&ObjectRef::new(&name).within(namespace));
         match ctx.written.config_maps.newest(namespace, &name, cached) {
-            Some(cm) if owns(&cm, view, &key) || config_maps.contains_key(&name) => {
-                config_maps.insert(name, (*cm).clone());
+            Some(cm) if owns(&*cm, view, &key) || config_maps.contains_key(&name) => {
+                config_maps.insert(name, cm.config_map());
             }
             Some(_) => {}
             None => {
@@ -1066,7 +1067,7 @@ async fn execute(
                         api.create(&params, cm.as_ref()).await?
                     }
                 };
-                ctx.written.config_maps.wrote(&stored);
+                ctx.written.config_maps.wrote(&CachedConfigMap::of(&stored));
                 seen.config_maps
                     .insert(name.clone(), stored.resource_version());
                 fresh.config_maps.insert(name, Some(stored));
