@@ -474,6 +474,28 @@ fn manual_rollbacks_are_accepted_or_rejected_and_recover() {
     });
 }
 
+/// Another writer removes the operator's preload variable from the target
+/// `svc`; waits until the operator has put it back.
+async fn remove_preload_env_and_wait_until_restored(env: &Env) {
+    let remove = json!({"spec": {"template": {"spec": {"containers": [{"name": "openmed-service",
+        "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "$patch": "delete"}]}]}}}});
+    env.deployments()
+        .patch("svc", &PatchParams::default(), &Patch::Strategic(remove))
+        .await
+        .unwrap();
+    wait_until(
+        "the env entry to be restored",
+        ROLLOUT,
+        || env.deployment("svc"),
+        |d| {
+            env_entry(d, "openmed-service")["valueFrom"]["configMapKeyRef"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("svc-model-manifest-"))
+        },
+    )
+    .await;
+}
+
 fn drift_by_another_writer_is_restored() {
     block_on(async {
         let env = Env::new("drift").await;
@@ -485,26 +507,7 @@ fn drift_by_another_writer_is_restored() {
         let deployments = env.deployments();
 
         // Another writer removes our env entry.
-        let remove_env = || async {
-            let remove = json!({"spec": {"template": {"spec": {"containers": [{"name": "openmed-service",
-                "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "$patch": "delete"}]}]}}}});
-            deployments
-                .patch("svc", &PatchParams::default(), &Patch::Strategic(remove))
-                .await
-                .unwrap();
-        };
-        remove_env().await;
-        wait_until(
-            "the env entry to be restored",
-            ROLLOUT,
-            || env.deployment("svc"),
-            |d| {
-                env_entry(d, "openmed-service")["valueFrom"]["configMapKeyRef"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.starts_with("svc-model-manifest-"))
-            },
-        )
-        .await;
+        remove_preload_env_and_wait_until_restored(&env).await;
         let drifts = |events: &Vec<(String, String, i32)>| -> Vec<(String, i32)> {
             events
                 .iter()
@@ -580,7 +583,7 @@ fn drift_by_another_writer_is_restored() {
         .await;
         // The same drift again is a repeat: the first event's series
         // counts it, where another drift was an event of its own.
-        remove_env().await;
+        remove_preload_env_and_wait_until_restored(&env).await;
         let events = wait_until(
             "the repeated drift counted on its first event",
             ROLLOUT,
@@ -964,23 +967,7 @@ fn a_steady_state_sends_no_requests() {
         );
         // A resource at rest still sees a change in its namespace: another
         // writer removes the operator's env entry, and it comes back.
-        let remove = json!({"spec": {"template": {"spec": {"containers": [{"name": "openmed-service",
-            "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "$patch": "delete"}]}]}}}});
-        env.deployments()
-            .patch("svc", &PatchParams::default(), &Patch::Strategic(remove))
-            .await
-            .unwrap();
-        wait_until(
-            "the env entry to be restored",
-            ROLLOUT,
-            || env.deployment("svc"),
-            |d| {
-                env_entry(d, "openmed-service")["valueFrom"]["configMapKeyRef"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.starts_with("svc-model-manifest-"))
-            },
-        )
-        .await;
+        remove_preload_env_and_wait_until_restored(&env).await;
         env.finish().await;
     });
 }
