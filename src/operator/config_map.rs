@@ -35,11 +35,10 @@ pub struct CachedConfigMap {
 impl CachedConfigMap {
     /// What the cache would hold of `config_map` (a write's answer).
     pub fn of(config_map: &ConfigMap) -> Self {
-        let text = |part: Option<serde_json::Value>| part.as_ref().map(JsonText::of);
         CachedConfigMap {
             metadata: config_map.metadata.clone(),
-            data: text(config_map.data.as_ref().map(to_value)),
-            binary_data: text(config_map.binary_data.as_ref().map(to_value)),
+            data: JsonText::of_part(config_map.data.as_ref()),
+            binary_data: JsonText::of_part(config_map.binary_data.as_ref()),
             immutable: config_map.immutable,
         }
     }
@@ -48,21 +47,11 @@ impl CachedConfigMap {
     pub fn config_map(&self) -> ConfigMap {
         ConfigMap {
             metadata: self.metadata.clone(),
-            data: self
-                .data
-                .as_ref()
-                .and_then(|d| serde_json::from_value(d.value()).ok()),
-            binary_data: self
-                .binary_data
-                .as_ref()
-                .and_then(|d| serde_json::from_value(d.value()).ok()),
+            data: self.data.as_ref().and_then(JsonText::part),
+            binary_data: self.binary_data.as_ref().and_then(JsonText::part),
             immutable: self.immutable,
         }
     }
-}
-
-fn to_value<T: Serialize>(part: &T) -> serde_json::Value {
-    serde_json::to_value(part).expect("a typed ConfigMap serializes")
 }
 
 #[cfg(test)]

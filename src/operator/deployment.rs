@@ -28,34 +28,22 @@ pub struct CachedDeployment {
 impl CachedDeployment {
     /// What the cache would hold of `deployment` (a write's answer).
     pub fn of(deployment: &Deployment) -> Self {
-        let text = |part: Option<serde_json::Value>| part.as_ref().map(JsonText::of);
         CachedDeployment {
             metadata: deployment.metadata.clone(),
-            spec: text(deployment.spec.as_ref().map(to_value)),
-            status: text(deployment.status.as_ref().map(to_value)),
+            spec: JsonText::of_part(deployment.spec.as_ref()),
+            status: JsonText::of_part(deployment.status.as_ref()),
         }
     }
 
-    /// The whole Deployment. A part the typed Deployment cannot read (a
-    /// field of a newer API the types do not know is dropped, not refused)
-    /// reads as absent, as `decide` would treat an object without it.
+    /// The whole Deployment (see [`JsonText::part`] for text it cannot
+    /// read).
     pub fn deployment(&self) -> Deployment {
         Deployment {
             metadata: self.metadata.clone(),
-            spec: self
-                .spec
-                .as_ref()
-                .and_then(|s| serde_json::from_value(s.value()).ok()),
-            status: self
-                .status
-                .as_ref()
-                .and_then(|s| serde_json::from_value(s.value()).ok()),
+            spec: self.spec.as_ref().and_then(JsonText::part),
+            status: self.status.as_ref().and_then(JsonText::part),
         }
     }
-}
-
-fn to_value<T: Serialize>(part: &T) -> serde_json::Value {
-    serde_json::to_value(part).expect("a typed Deployment serializes")
 }
 
 #[cfg(test)]

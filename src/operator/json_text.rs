@@ -11,6 +11,7 @@
 //! decision reads whole are kept as text and parsed when gathered, and
 //! only what every lookup needs (the metadata) stays parsed.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
@@ -27,6 +28,18 @@ impl JsonText {
     /// The value again.
     pub fn value(&self) -> Value {
         serde_json::from_str(&self.0).expect("the text of a JSON value parses")
+    }
+
+    /// The text of a typed part of an object (a write's answer).
+    pub fn of_part<T: Serialize>(part: Option<&T>) -> Option<Self> {
+        part.map(|p| JsonText::of(&serde_json::to_value(p).expect("a typed part serializes")))
+    }
+
+    /// The typed part again. Text the type cannot read (a field of a newer
+    /// API it does not know is dropped, not refused) reads as absent, as a
+    /// decision would treat an object without it.
+    pub fn part<T: DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_str(&self.0).ok()
     }
 }
 

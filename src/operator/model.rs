@@ -10,7 +10,7 @@ use kube::Resource;
 use kube::core::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-pub use super::json_text::JsonText;
+use super::json_text::JsonText;
 use serde_json::Value;
 
 use crate::api::OpenMedModel;

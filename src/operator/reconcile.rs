@@ -33,8 +33,9 @@ use super::by_namespace::ByNamespace;
 use super::config_map::CachedConfigMap;
 use super::deployment::CachedDeployment;
 use super::events::Recorder;
+use super::json_text::JsonText;
 use super::metrics::Metrics;
-use super::model::{JsonText, RawModel};
+use super::model::RawModel;
 use super::replica_set::CachedReplicaSet;
 use super::settled::Inputs;
 use crate::api::names::{
