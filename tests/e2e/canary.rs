@@ -249,12 +249,19 @@ struct Seen {
 
 /// Watches the model and the route together until `done`, keeping every
 /// distinct combination, in order.
+///
+/// The route is read before the status. The operator stores a step in the
+/// status before it writes the step's weights, so weights read first are
+/// never ahead of the status read after them, and a combination that shows
+/// weights ahead of their step is the operator's fault. Read the other way
+/// round, both writes could land between the two reads and a correct
+/// operator would look as if it moved traffic before the status said so.
 async fn trace(env: &Env, what: &str, done: impl Fn(&Seen) -> bool) -> Vec<Seen> {
     let start = std::time::Instant::now();
     let mut seen: Vec<Seen> = Vec::new();
     loop {
-        let s = env.status("svc").await;
         let (weights, generation) = route_state(env).await;
+        let s = env.status("svc").await;
         let now = Seen {
             phase: s.phase,
             state: s.canary.as_ref().map(|c| c.state),
