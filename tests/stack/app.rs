@@ -52,6 +52,29 @@ pub fn gateway_url() -> String {
         .to_owned()
 }
 
+/// A counter Envoy keeps for the clusters whose names start with
+/// `cluster` (a route rule's cluster: `httproute/<namespace>/...`), summed,
+/// read from its stats port (`DIR/workload-ports`).
+pub async fn envoy_counter(cluster: &str, name: &str) -> f64 {
+    let ports = std::fs::read_to_string(cluster_dir().join("workload-ports"))
+        .expect("DIR/workload-ports from tests/workload/up");
+    let port = ports
+        .lines()
+        .find_map(|l| l.strip_prefix("ENVOY_STATS_PORT="))
+        .expect("ENVOY_STATS_PORT in DIR/workload-ports");
+    let text = reqwest::get(format!("http://127.0.0.1:{port}/stats/prometheus"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let wanted = format!("envoy_cluster_{name}{{envoy_cluster_name=\"{cluster}");
+    text.lines()
+        .filter(|l| l.starts_with(&wanted))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
 pub fn now_ms() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -23,6 +23,14 @@ pub fn trials() -> Vec<Trial> {
             "rollout::deleting_the_model_is_what_clients_see",
             deleting_the_model_is_what_clients_see,
         ),
+        trial(
+            "rollout::scaling_up_drops_nothing",
+            scaling_up_drops_nothing,
+        ),
+        trial(
+            "rollout::the_gateway_lets_go_of_idle_connections_first",
+            the_gateway_lets_go_of_idle_connections_first,
+        ),
     ]
 }
 
@@ -240,6 +248,113 @@ fn a_version_bump_drops_nothing() {
             "bump_to_last_v1_s": (to_all * 10.0).round() / 10.0,
             "bump_to_succeeded_s": (rollout * 10.0).round() / 10.0,
         }));
+        app.env.finish().await;
+    });
+}
+
+/// 2 → 6 replicas at 20 requests/s: no request fails while four new pods
+/// start. A pod is in its Service's endpoints, not ready, from the moment
+/// it has an address, seconds before the service listens: the Gateway
+/// must keep it out until it is ready (Envoy Gateway hands it to Envoy as
+/// draining, and Envoy leaves draining hosts out of its balancing and of
+/// its panic threshold).
+fn scaling_up_drops_nothing() {
+    block_on(async {
+        let app = App::deploy("stack-scale").await;
+        let (stop, load) = app.load(20.0, Duration::from_secs(120));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let scaled = now_ms();
+        app.env.set_spec(NAME, json!({"replicas": 6})).await;
+        // The window the policy is for: more pods than ready ones, fewer
+        // than half of them ready.
+        let ready_of = |d: &serde_json::Value| {
+            (
+                d["status"]["readyReplicas"].as_i64().unwrap_or(0),
+                d["status"]["replicas"].as_i64().unwrap_or(0),
+            )
+        };
+        wait_until(
+            "six pods, fewer than three of them ready",
+            Duration::from_secs(60),
+            || app.env.deployment(NAME),
+            |d| {
+                let (ready, pods) = ready_of(d);
+                pods == 6 && ready < 3
+            },
+        )
+        .await;
+        wait_until(
+            "six ready pods",
+            Duration::from_secs(120),
+            || app.env.deployment(NAME),
+            |d| ready_of(d) == (6, 6),
+        )
+        .await;
+        let ready = now_ms();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = stop.send(());
+        let records = load.await.unwrap();
+
+        assert_all_served(&records);
+        let other: Vec<_> = records
+            .iter()
+            .filter(|r| r.model_name.as_deref() != Some(V1))
+            .collect();
+        assert!(other.is_empty(), "answered by another model: {other:?}");
+        let pods: std::collections::BTreeSet<_> =
+            records.iter().filter_map(|r| r.pod.clone()).collect();
+        assert!(
+            pods.len() >= 6,
+            "the new pods answered once ready: {pods:?}"
+        );
+        eprintln!("rollout::scaling_up_drops_nothing (20 requests/s through the Gateway):");
+        let phases = vec![
+            phase("before", &sent_between(&records, 0.0, scaled)),
+            phase("2 → 6 replicas", &sent_between(&records, scaled, ready)),
+            phase("after", &sent_between(&records, ready, f64::INFINITY)),
+        ];
+        let took = (ready - scaled) / 1000.0;
+        eprintln!("  replicas 2 → 6: every pod ready after {took:.1} s");
+        record_result(json!({
+            "scenario": "scaling_up_drops_nothing", "rps": 20, "phases": phases,
+            "scale_to_ready_s": (took * 10.0).round() / 10.0,
+        }));
+        app.env.finish().await;
+    });
+}
+
+/// The service closes a keep-alive connection after 5 s idle; a request
+/// Envoy sends on it at that moment fails (a 503, "upstream reset:
+/// connection termination"), which the stack saw once in several hundred
+/// requests. The example's Gateway policy has Envoy close idle
+/// connections after 3 s, so the service never closes one under it: after
+/// requests 6 s apart, every connection Envoy lost it closed itself.
+fn the_gateway_lets_go_of_idle_connections_first() {
+    block_on(async {
+        let app = App::deploy("stack-idle").await;
+        let client = reqwest::Client::new();
+        let cluster = format!("httproute/{}/", app.env.ns.name);
+        for _ in 0..3 {
+            let answer = client
+                .post(format!("{}/pii/extract", app.url))
+                .json(&json!({"text": "Patient John Smith, seen 2024-03-15."}))
+                .send()
+                .await
+                .unwrap();
+            assert!(answer.status().is_success(), "{answer:?}");
+            // Idle past both timeouts: the stimulus, not a wait.
+            tokio::time::sleep(Duration::from_secs(6)).await;
+        }
+        let closed_by_envoy = envoy_counter(&cluster, "upstream_cx_destroy_local").await;
+        let closed_by_service = envoy_counter(&cluster, "upstream_cx_destroy_remote").await;
+        eprintln!(
+            "rollout::the_gateway_lets_go_of_idle_connections_first: idle connections closed by Envoy {closed_by_envoy}, by the service {closed_by_service}"
+        );
+        assert!(closed_by_envoy >= 3.0, "Envoy closed {closed_by_envoy}");
+        assert_eq!(
+            closed_by_service, 0.0,
+            "the service closed connections first"
+        );
         app.env.finish().await;
     });
 }
