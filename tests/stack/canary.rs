@@ -215,7 +215,9 @@ struct Trace {
 }
 
 impl Trace {
-    fn start(env: &Env) -> Trace {
+    /// Starts the poll and returns once its first look is taken: that one
+    /// shows the state before whatever the test changes next.
+    async fn start(env: &Env) -> Trace {
         let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "httproutes");
         let routes: Api<DynamicObject> =
@@ -279,7 +281,14 @@ impl Trace {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         });
-        Trace { seen, stop, task }
+        let trace = Trace { seen, stop, task };
+        wait_for(
+            "the trace's first look",
+            Duration::from_secs(60),
+            || async { (!trace.seen.lock().unwrap().is_empty()).then_some(()) },
+        )
+        .await;
+        trace
     }
 
     async fn stop(self) -> Vec<Seen> {
@@ -310,13 +319,28 @@ fn first_in(seen: &[Seen], state: CanaryState) -> Option<f64> {
 const PROPAGATION_MS: f64 = 2000.0;
 
 /// The earliest the canary Deployment can have moved back after the
-/// weights were seen back at `restored`: its second write (the first was
-/// the warm-up).
-fn moved_back(seen: &[Seen], restored: f64) -> f64 {
+/// weights were seen back at `restored`: its first change after that look
+/// (nothing else writes it once the weights are back).
+fn moved_back(seen: &[Seen], restored: f64) -> Option<f64> {
+    let at_restore = seen.iter().find(|s| s.at >= restored)?.canary_generation;
     seen.iter()
-        .find(|s| s.at > restored && s.canary_generation > seen[0].canary_generation + 1)
+        .find(|s| s.at > restored && s.canary_generation > at_restore)
         .map(|s| s.after)
-        .expect("the canary Deployment moved back")
+}
+
+/// Waits until the trace shows the weights leaving `step` and then the
+/// canary Deployment moving back; returns (weights back, moved back).
+async fn wait_moved_back(trace: &Trace, step: (i64, i64)) -> (f64, f64) {
+    wait_for(
+        "the canary Deployment to move back after the weights",
+        Duration::from_secs(120),
+        || async {
+            let seen = trace.seen.lock().unwrap().clone();
+            let (_, restored) = span(&seen, step)?;
+            Some((restored, moved_back(&seen, restored)?))
+        },
+    )
+    .await
 }
 
 /// From the weights back to the drain, as the status records them.
@@ -357,7 +381,7 @@ fn the_split_is_real_and_the_promotion_drops_nothing() {
             short_analysis(canary, "10s", "20s", true);
         })
         .await;
-        let trace = Trace::start(app.env());
+        let trace = Trace::start(app.env()).await;
         let (stop, load) = app.app.load(20.0, Duration::from_secs(420));
         tokio::time::sleep(Duration::from_secs(3)).await;
         let bumped = now_ms();
@@ -463,7 +487,7 @@ fn a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics() {
             with_drain(canary);
         })
         .await;
-        let trace = Trace::start(app.env());
+        let trace = Trace::start(app.env()).await;
         let rps = 20.0;
         let (stop, load) = app.app.load(rps, Duration::from_secs(300));
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -477,9 +501,10 @@ fn a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics() {
             },
         )
         .await;
-        // The canary Deployment moves back after the drain: its new pod
-        // serves v1 again.
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        // The canary Deployment moves back after the drain; the load goes
+        // on a little past it.
+        wait_moved_back(&trace, (90, 10)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
         let _ = stop.send(());
         let records = load.await.unwrap();
         let seen = trace.stop().await;
@@ -518,7 +543,7 @@ fn a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics() {
             .fold(f64::NEG_INFINITY, f64::max);
         // Traffic-verified: the canary Deployment changed only after the
         // last answer from its pods.
-        let moved = moved_back(&seen, restored);
+        let moved = moved_back(&seen, restored).expect("the canary Deployment moved back");
         let last_canary_answer = from_canary(&records)
             .iter()
             .map(|r| r.unix_ms as f64 + r.latency_ms)
@@ -562,7 +587,7 @@ fn no_data_holds_and_an_abort_moves_the_canary_back_once_drained() {
             with_drain(canary);
         })
         .await;
-        let trace = Trace::start(app.env());
+        let trace = Trace::start(app.env()).await;
         app.env().set_spec(NAME, json!({"version": V2})).await;
         // No load: the canary backend has no request to count, the query no
         // data, and the step holds past its pause.
@@ -618,7 +643,9 @@ fn no_data_holds_and_an_abort_moves_the_canary_back_once_drained() {
                 && s.canary.as_ref().is_some_and(|c| c.drained_time.is_some())
         })
         .await;
-        tokio::time::sleep(Duration::from_secs(8)).await;
+        // The load goes on a little past the move back.
+        wait_moved_back(&trace, (50, 50)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
         let _ = stop.send(());
         let records = load.await.unwrap();
         let seen = trace.stop().await;
@@ -626,7 +653,7 @@ fn no_data_holds_and_an_abort_moves_the_canary_back_once_drained() {
 
         assert_all_served(&records);
         let (_, restored) = span(&seen, (50, 50)).expect("the second step's weights");
-        let moved = moved_back(&seen, restored);
+        let moved = moved_back(&seen, restored).expect("the canary Deployment moved back");
         let canary_answers = from_canary(&records);
         let last_canary_answer = canary_answers
             .iter()
@@ -673,7 +700,7 @@ fn a_model_that_misses_dates_is_aborted_by_the_probes() {
             analysis.as_object_mut().unwrap().remove("metrics");
         })
         .await;
-        let trace = Trace::start(app.env());
+        let trace = Trace::start(app.env()).await;
         let (stop, load) = app.app.load(20.0, Duration::from_secs(300));
         tokio::time::sleep(Duration::from_secs(3)).await;
         app.env()
@@ -768,7 +795,7 @@ fn a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_
         );
         let git = serde_json::to_value(routes.get(NAME).await.unwrap()).unwrap();
         let before = canary_pod_requests(app.env());
-        let trace = Trace::start(app.env());
+        let trace = Trace::start(app.env()).await;
         let rps = 20.0;
         let (stop, load) = app.app.load(rps, Duration::from_secs(300));
         tokio::time::sleep(Duration::from_secs(3)).await;
