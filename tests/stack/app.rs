@@ -52,16 +52,24 @@ pub fn gateway_url() -> String {
         .to_owned()
 }
 
-/// A counter Envoy keeps for the clusters whose names start with
-/// `cluster` (a route rule's cluster: `httproute/<namespace>/...`), summed,
-/// read from its stats port (`DIR/workload-ports`).
-pub async fn envoy_counter(cluster: &str, name: &str) -> f64 {
+/// A loopback port of the stack (`GATEWAY_PORT`, `ENVOY_STATS_PORT`,
+/// `PROMETHEUS_PORT`), as `tests/workload/up` chose it.
+pub fn workload_port(name: &str) -> String {
     let ports = std::fs::read_to_string(cluster_dir().join("workload-ports"))
         .expect("DIR/workload-ports from tests/workload/up");
-    let port = ports
+    let prefix = format!("{name}=");
+    ports
         .lines()
-        .find_map(|l| l.strip_prefix("ENVOY_STATS_PORT="))
-        .expect("ENVOY_STATS_PORT in DIR/workload-ports");
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("{name} in DIR/workload-ports"))
+        .to_owned()
+}
+
+/// A counter Envoy keeps for the clusters whose names start with
+/// `cluster` (a route rule's cluster: `httproute/<namespace>/...`), summed,
+/// read from its stats port.
+pub async fn envoy_counter(cluster: &str, name: &str) -> f64 {
+    let port = workload_port("ENVOY_STATS_PORT");
     let text = reqwest::get(format!("http://127.0.0.1:{port}/stats/prometheus"))
         .await
         .unwrap()

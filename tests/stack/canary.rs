@@ -66,12 +66,7 @@ const CANARY: &str = "openmed-service-canary";
 
 /// Prometheus as the operator on the pod network reaches it.
 fn prometheus() -> String {
-    let ports = std::fs::read_to_string(cluster_dir().join("workload-ports"))
-        .expect("DIR/workload-ports from tests/workload/up");
-    let port = ports
-        .lines()
-        .find_map(|l| l.strip_prefix("PROMETHEUS_PORT="))
-        .expect("PROMETHEUS_PORT in DIR/workload-ports");
+    let port = workload_port("PROMETHEUS_PORT");
     format!("http://{POD_GATEWAY}:{port}")
 }
 
