@@ -294,6 +294,18 @@ pub fn phase(name: &str, records: &[Record]) -> Value {
     })
 }
 
+/// The figures of the requests sent before `from`, in `[from, to)` and
+/// from `to` on, under the three names given: printed, and returned for
+/// the results file.
+pub fn phases_around(records: &[Record], names: [&str; 3], from: f64, to: f64) -> Vec<Value> {
+    let bounds = [(0.0, from), (from, to), (to, f64::INFINITY)];
+    names
+        .iter()
+        .zip(bounds)
+        .map(|(name, (start, end))| phase(name, &sent_between(records, start, end)))
+        .collect()
+}
+
 /// Appends a result line to $STACK_RESULTS when set (the committed
 /// results under benches/results come from there).
 pub fn record_result(value: Value) {

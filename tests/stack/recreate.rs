@@ -165,14 +165,16 @@ fn pods_recreated_mid_rollout_serve_their_own_templates_model() {
             };
             eprintln!("  {pod}: {n} answers, all {version}{note}");
         }
-        let phases = vec![
-            phase("before the bump", &sent_between(&records, 0.0, bumped)),
-            phase(
+        let phases = phases_around(
+            &records,
+            [
+                "before the bump",
                 "bump to RolloutSucceeded (pods deleted)",
-                &sent_between(&records, bumped, succeeded),
-            ),
-            phase("after", &sent_between(&records, succeeded, f64::INFINITY)),
-        ];
+                "after",
+            ],
+            bumped,
+            succeeded,
+        );
         record_result(json!({
             "scenario": "pods_recreated_mid_rollout", "rps": 20, "phases": phases,
             "bump_to_delete_s": ((deleted - bumped) / 100.0).round() / 10.0,

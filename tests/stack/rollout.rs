@@ -62,14 +62,12 @@ fn a_manual_rollback_drops_nothing() {
             "answered by another model after the rollback: {late:?}"
         );
         eprintln!("rollout::a_manual_rollback_drops_nothing (20 requests/s through the Gateway):");
-        let before = sent_between(&records, 0.0, asked);
-        let during = sent_between(&records, asked, done);
-        let after = sent_between(&records, done, f64::INFINITY);
-        let phases = vec![
-            phase("before", &before),
-            phase("annotation to rolled back", &during),
-            phase("after", &after),
-        ];
+        let phases = phases_around(
+            &records,
+            ["before", "annotation to rolled back", "after"],
+            asked,
+            done,
+        );
         let took = (done - asked) / 1000.0;
         eprintln!("  annotation → manual rollback done {took:.1} s");
         record_result(json!({
@@ -228,14 +226,12 @@ fn a_version_bump_drops_nothing() {
             .map(|r| r.answered_unix_ms())
             .fold(0.0, f64::max);
         eprintln!("rollout::a_version_bump_drops_nothing (20 requests/s through the Gateway):");
-        let before = sent_between(&records, 0.0, bumped);
-        let during = sent_between(&records, bumped, succeeded);
-        let after = sent_between(&records, succeeded, f64::INFINITY);
-        let phases = vec![
-            phase("before the bump", &before),
-            phase("bump to RolloutSucceeded", &during),
-            phase("after", &after),
-        ];
+        let phases = phases_around(
+            &records,
+            ["before the bump", "bump to RolloutSucceeded", "after"],
+            bumped,
+            succeeded,
+        );
         let to_first = (first_v2 - bumped) / 1000.0;
         let to_all = (last_v1 - bumped) / 1000.0;
         let rollout = (succeeded - bumped) / 1000.0;
@@ -308,11 +304,12 @@ fn scaling_up_drops_nothing() {
             "the new pods answered once ready: {pods:?}"
         );
         eprintln!("rollout::scaling_up_drops_nothing (20 requests/s through the Gateway):");
-        let phases = vec![
-            phase("before", &sent_between(&records, 0.0, scaled)),
-            phase("2 → 6 replicas", &sent_between(&records, scaled, ready)),
-            phase("after", &sent_between(&records, ready, f64::INFINITY)),
-        ];
+        let phases = phases_around(
+            &records,
+            ["before", "2 → 6 replicas", "after"],
+            scaled,
+            ready,
+        );
         let took = (ready - scaled) / 1000.0;
         eprintln!("  replicas 2 → 6: every pod ready after {took:.1} s");
         record_result(json!({
