@@ -22,6 +22,16 @@ _pid_running() {
 }
 
 # _pid_exe PID: prints the binary PID runs; fails once it is exiting.
+# _proc_list_has PID FILE GREP-FLAGS PATTERN: /proc/PID/FILE (NUL-separated:
+# cmdline, environ) has an entry matching PATTERN. The file is read whole
+# before matching: piping it into `grep -q` under pipefail turns a match into
+# a miss whenever grep exits at the match before the writer is done (SIGPIPE).
+_proc_list_has() {
+	local entries
+	entries="$(tr '\0' '\n' <"/proc/$1/$2" 2>/dev/null)" || return 1
+	grep -q "$3" -- "$4" <<<"$entries"
+}
+
 _pid_exe() {
 	local exe
 	_pid_running "$1" && exe="$(readlink "/proc/$1/exe" 2>/dev/null)" || return 1
@@ -36,7 +46,7 @@ cluster_pid() {
 	pid="$(cat "$f")"
 	if [[ "$pid" =~ ^[0-9]+$ ]] && exe="$(_pid_exe "$pid")"; then
 		if [ "$(basename "$exe")" = "$1" ] && [[ "$exe" == "$CLUSTER_CACHE_ROOT"/* ]] &&
-			tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/"; then
+			_proc_list_has "$pid" cmdline -F "$DIR/"; then
 			echo "$pid"
 			return 0
 		fi
@@ -160,7 +170,9 @@ _curl() { # PATH: GET on the API server as admin, whitespace removed
 }
 
 cluster_etcd_healthy() {
-	curl -fsS --max-time 5 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'
+	local body
+	body="$(curl -fsS --max-time 5 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null)" || return 1
+	[[ "$body" == *'"health":"true"'* ]]
 }
 cluster_apiserver_ready() {
 	[ "$(_curl /readyz 2>/dev/null)" = ok ]
@@ -169,10 +181,14 @@ cluster_controller_manager_healthy() {
 	[ "$(curl -sS --max-time 5 -k "https://127.0.0.1:$CONTROLLER_MANAGER_PORT/healthz" 2>/dev/null)" = ok ]
 }
 cluster_default_sa_exists() {
-	_curl /api/v1/namespaces/default/serviceaccounts/default 2>/dev/null | grep -q '"kind":"ServiceAccount"'
+	local body
+	body="$(_curl /api/v1/namespaces/default/serviceaccounts/default 2>/dev/null)" || return 1
+	[[ "$body" == *'"kind":"ServiceAccount"'* ]]
 }
 cluster_node_ready() {
-	_curl "/api/v1/nodes/$NODE_NAME" 2>/dev/null | grep -q '"type":"Ready","status":"True"'
+	local body
+	body="$(_curl "/api/v1/nodes/$NODE_NAME" 2>/dev/null)" || return 1
+	[[ "$body" == *'"type":"Ready","status":"True"'* ]]
 }
 
 # cluster_wait_for DEADLINE DESCRIPTION CHECK COMPONENTS...: waits until CHECK

@@ -16,8 +16,8 @@ flux_pid() {
 	pid="$(cat "$f")"
 	if [[ "$pid" =~ ^[0-9]+$ ]] && exe="$(_pid_exe "$pid")"; then
 		if [ "$(basename "$exe")" = "$1" ] && [[ "$exe" == "$FLUX_CACHE_ROOT"/* ]] &&
-			{ tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/" ||
-				tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF -- "KUBECONFIG=$DIR/kubeconfig"; }; then
+			{ _proc_list_has "$pid" cmdline -F "$DIR/" ||
+				_proc_list_has "$pid" environ -xF "KUBECONFIG=$DIR/kubeconfig"; }; then
 			echo "$pid"
 			return 0
 		fi
@@ -57,7 +57,9 @@ flux_stop() {
 
 # flux_port_free PORT: nothing listens on PORT.
 flux_port_free() {
-	! _listening_ports | grep -qx -- "$1"
+	local ports
+	ports="$(_listening_ports)"
+	! grep -qx -- "$1" <<<"$ports"
 }
 
 # flux_choose_port TAKEN...: prints a port nothing listens on, below the
