@@ -605,8 +605,8 @@ fn forget_last_applied(meta: &mut kube::core::ObjectMeta) {
 }
 
 /// Keeps of a pod what the core reads ([`PodView`]): name, namespace,
-/// labels, the ownership annotation, deletion, its containers' restart
-/// counts and last exits, its address, and the conditions and readiness
+/// labels, the ownership annotation, its controlling ReplicaSet, creation
+/// and deletion, its containers' restart counts, waits and last exits, its address, and the conditions and readiness
 /// gate of the quality gate.
 fn keep_container_statuses(pod: &mut Pod) {
     forget_write_records(pod);
@@ -618,7 +618,14 @@ fn keep_container_statuses(pod: &mut Pod) {
             owner,
         )]))
     });
-    meta.owner_references = None;
+    // The controlling ReplicaSet says which rollout made the pod.
+    meta.owner_references = meta.owner_references.take().and_then(|all| {
+        let controller: Vec<_> = all
+            .into_iter()
+            .filter(|o| o.controller == Some(true) && o.kind == "ReplicaSet")
+            .collect();
+        (!controller.is_empty()).then_some(controller)
+    });
     let gates = pod.spec.take().and_then(|s| s.readiness_gates);
     pod.spec = gates.map(|gates| k8s_openapi::api::core::v1::PodSpec {
         readiness_gates: Some(gates),

@@ -936,6 +936,8 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
                 config_map: rs.preload_config_map().map(str::to_owned),
                 replica_set: rs.name_any(),
                 has_pods: rs.has_pods(),
+                deployment: rs.deployment_uid().map(str::to_owned),
+                revision: rs.revision().map(str::to_owned),
             })
         })
         .collect();

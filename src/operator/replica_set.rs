@@ -12,6 +12,7 @@ use kube::core::ObjectMeta;
 use serde::Deserialize;
 
 use crate::api::names::PRELOAD_ENV;
+use crate::rollout::pods::REVISION_ANNOTATION;
 
 /// A ReplicaSet reduced to what the operator reads.
 #[derive(Resource, Deserialize, Clone, Debug)]
@@ -96,6 +97,26 @@ impl CachedReplicaSet {
             .map(|r| r.name.as_str())
     }
 
+    /// The UID of the Deployment that controls it.
+    pub fn deployment_uid(&self) -> Option<&str> {
+        self.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == "Deployment")
+            .map(|o| o.uid.as_str())
+    }
+
+    /// Which of its Deployment's rollouts made it
+    /// (`deployment.kubernetes.io/revision`).
+    pub fn revision(&self) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(REVISION_ANNOTATION)
+            .map(String::as_str)
+    }
+
     /// Whether a pod of it may exist: it wants some, or some still run.
     pub fn has_pods(&self) -> bool {
         self.spec.replicas.unwrap_or(0) > 0 || self.status.replicas > 0
@@ -103,7 +124,8 @@ impl CachedReplicaSet {
 
     /// Drops what the operator never reads before it is cached: every
     /// variable but the preload one, and of the metadata all but name,
-    /// namespace and labels.
+    /// namespace, labels, the revision and the controlling Deployment
+    /// (which pods a rollout is judged by).
     pub fn trim(&mut self) {
         for container in &mut self.spec.template.spec.containers {
             container.env.retain(|e| e.name == PRELOAD_ENV);
@@ -115,8 +137,20 @@ impl CachedReplicaSet {
             .retain(|c| !c.env.is_empty());
         let meta = &mut self.metadata;
         meta.managed_fields = None;
-        meta.annotations = None;
-        meta.owner_references = None;
+        meta.annotations = meta.annotations.take().and_then(|mut all| {
+            let revision = all.remove(REVISION_ANNOTATION)?;
+            Some(std::collections::BTreeMap::from([(
+                REVISION_ANNOTATION.to_owned(),
+                revision,
+            )]))
+        });
+        meta.owner_references = meta.owner_references.take().and_then(|all| {
+            let controller: Vec<_> = all
+                .into_iter()
+                .filter(|o| o.controller == Some(true) && o.kind == "Deployment")
+                .collect();
+            (!controller.is_empty()).then_some(controller)
+        });
     }
 }
 
@@ -165,7 +199,9 @@ mod tests {
         assert_eq!(rs.preload_config_map(), Some("svc-model-manifest-abc"));
         assert_eq!(rs.spec.template.spec.containers.len(), 1);
         assert_eq!(rs.spec.template.spec.containers[0].env.len(), 1);
-        assert!(rs.metadata.annotations.is_none() && rs.metadata.owner_references.is_none());
+        assert_eq!(rs.revision(), Some("3"), "kept: which rollout made it");
+        assert_eq!(rs.deployment_uid(), Some("u"), "kept: whose it is");
+        assert_eq!(rs.metadata.annotations.as_ref().map(|a| a.len()), Some(1));
         assert_eq!(rs.metadata.labels.as_ref().map(|l| l.len()), Some(1));
 
         assert!(

@@ -14,7 +14,7 @@
 //! Pure: the shell passes the pods it watches (those with the snapshot
 //! label) reduced to [`PodView`]s.
 
-use super::pods::{ContainerView, PodView, of_template};
+use super::pods::{ContainerView, PodView};
 
 /// The longest quote of a container's words in a condition or an Event.
 const QUOTE_CHARS: usize = 400;
@@ -40,19 +40,22 @@ impl Crash {
     }
 }
 
-/// The first pod (by name) of template `snapshot` in `namespace` whose
-/// `container` has restarted at least `restarts` times.
-pub fn crash_loop(
-    pods: &[PodView],
-    namespace: &str,
-    snapshot: &str,
+/// The first pod (by name) among `pods`, the rollout's own
+/// ([`super::pods::of_rollout`]), whose `container` crashed `restarts`
+/// times during the rollout that began at `since` (seconds, the API
+/// server's clock; see [`ContainerView::crashed_since`]).
+pub fn crash_loop<'a>(
+    pods: impl IntoIterator<Item = &'a PodView>,
     container: &str,
     restarts: i32,
+    since: Option<i64>,
 ) -> Option<Crash> {
-    let mut crashing: Vec<(&PodView, &ContainerView)> = of_template(pods, namespace, snapshot)
+    let mut crashing: Vec<(&PodView, &ContainerView)> = pods
+        .into_iter()
         .filter_map(|p| {
             let c = p.containers.iter().find(|c| c.name == container)?;
-            (c.restarts >= restarts).then_some((p, c))
+            c.crashed_since(p.created, since, restarts)
+                .then_some((p, c))
         })
         .collect();
     crashing.sort_by(|a, b| a.0.name.cmp(&b.0.name));
@@ -64,16 +67,15 @@ pub fn crash_loop(
     })
 }
 
-/// What a failing pod of template `snapshot` said last (the first by
-/// name that exited with an error), for a failure the Deployment
+/// What a failing pod among `pods` (the rollout's own) said last (the
+/// first by name that exited with an error), for a failure the Deployment
 /// controller reported: "pod P: exit code 3: <its words>".
-pub fn last_words(
-    pods: &[PodView],
-    namespace: &str,
-    snapshot: &str,
+pub fn last_words<'a>(
+    pods: impl IntoIterator<Item = &'a PodView>,
     container: &str,
 ) -> Option<String> {
-    let mut failing: Vec<(&PodView, String)> = of_template(pods, namespace, snapshot)
+    let mut failing: Vec<(&PodView, String)> = pods
+        .into_iter()
         .filter_map(|p| {
             let c = p.containers.iter().find(|c| c.name == container)?;
             let (code, _, _) = c.last_exit.as_ref()?;
@@ -145,7 +147,9 @@ mod tests {
                 name: "svc".into(),
                 restarts,
                 last_exit: exit.map(|(c, m)| (c, "Error".into(), m.into())),
+                ..ContainerView::default()
             }],
+            created: Some(0),
             ..PodView::default()
         }
     }
@@ -156,13 +160,12 @@ mod tests {
         ERROR:    Application startup failed. Exiting.\n";
 
     #[test]
-    fn a_pod_of_the_new_template_past_the_threshold_is_a_crash_loop() {
+    fn a_pod_of_the_rollout_past_the_threshold_is_a_crash_loop() {
         let pods = vec![
-            pod("old-a", "old", 9, Some((1, "old trouble"))),
             pod("new-b", "new", 1, Some((3, TRACEBACK))),
             pod("new-a", "new", 2, Some((3, TRACEBACK))),
         ];
-        let crash = crash_loop(&pods, "ns", "new", "svc", 2).expect("new-a crash-loops");
+        let crash = crash_loop(&pods, "svc", 2, Some(0)).expect("new-a crash-loops");
         assert_eq!(crash.pod, "new-a");
         assert_eq!(
             crash.message("svc"),
@@ -171,26 +174,41 @@ mod tests {
              (ERROR:    Application startup failed. Exiting.)"
         );
         assert_eq!(
-            crash_loop(&pods, "ns", "new", "svc", 3),
+            crash_loop(&pods, "svc", 3, Some(0)),
             None,
             "below the threshold"
         );
         assert_eq!(
-            crash_loop(&pods, "other", "new", "svc", 1),
-            None,
-            "another namespace"
-        );
-        assert_eq!(
-            crash_loop(&pods, "ns", "new", "sidecar", 1),
+            crash_loop(&pods, "sidecar", 1, Some(0)),
             None,
             "another container"
         );
-        let mut leaving = pods.clone();
-        leaving[2].terminating = true;
+    }
+
+    #[test]
+    fn restarts_from_before_the_rollout_are_no_crash_loop() {
+        // A pod from before the rollout (same template: an edit of
+        // replicas) that restarted twice last week, an OOM kill.
+        let mut old = pod("old-a", "same", 2, Some((137, "OOMKilled")));
+        old.created = Some(-7 * 86_400);
+        old.containers[0].last_exit_at = Some(-6 * 86_400);
+        assert_eq!(crash_loop([&old], "svc", 2, Some(100)), None);
+        // Held back after a failed exit during this rollout, it is one.
+        old.containers[0].last_exit_at = Some(150);
+        old.containers[0].waiting = Some(crate::rollout::pods::CRASH_LOOP_BACK_OFF.into());
         assert_eq!(
-            crash_loop(&leaving, "ns", "new", "svc", 2),
-            None,
-            "a pod being deleted"
+            crash_loop([&old], "svc", 2, Some(100)).unwrap().pod,
+            "old-a"
+        );
+        // Held back after an exit from before the rollout, it is not.
+        old.containers[0].last_exit_at = Some(50);
+        assert_eq!(crash_loop([&old], "svc", 2, Some(100)), None);
+        // A pod the rollout made counts every restart.
+        let mut new = pod("new-a", "same", 2, Some((3, TRACEBACK)));
+        new.created = Some(120);
+        assert_eq!(
+            crash_loop([&new], "svc", 2, Some(100)).unwrap().pod,
+            "new-a"
         );
     }
 
@@ -201,18 +219,14 @@ mod tests {
             pod("new-b", "new", 1, Some((3, TRACEBACK))),
         ];
         assert_eq!(
-            last_words(&pods, "ns", "new", "svc").unwrap(),
+            last_words(&pods, "svc").unwrap(),
             "pod new-b: exit code 3: huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an \
              appropriate cached snapshot folder (ERROR:    Application startup failed. Exiting.)"
         );
-        assert_eq!(
-            last_words(&pods[..1], "ns", "new", "svc"),
-            None,
-            "exit 0 says nothing"
-        );
+        assert_eq!(last_words(&pods[..1], "svc"), None, "exit 0 says nothing");
         let silent = vec![pod("new-c", "new", 1, Some((137, "")))];
         assert_eq!(
-            last_words(&silent, "ns", "new", "svc").unwrap(),
+            last_words(&silent, "svc").unwrap(),
             "pod new-c: exit code 137 (Error)"
         );
     }

@@ -117,6 +117,11 @@ pub struct SnapshotUse {
     /// The ReplicaSet has or wants pods: one of them may start, and read
     /// the snapshot, at any moment.
     pub has_pods: bool,
+    /// The UID of the Deployment that controls it.
+    pub deployment: Option<String>,
+    /// Its `deployment.kubernetes.io/revision`: which of that Deployment's
+    /// rollouts made it.
+    pub revision: Option<String>,
 }
 
 impl SnapshotUse {
@@ -1219,39 +1224,57 @@ impl<'a> Step<'a> {
         }
     }
 
-    /// Evidence from the pods of `wanted`'s template that its rollout has
-    /// failed before the Deployment controller says so: a pod that keeps
-    /// crashing (when fail-fast is on), or one that failed the quality
-    /// gate. The reason and the message.
-    fn failed_early(&self, wanted: &Plan) -> Option<(&'static str, String)> {
-        let snapshot = wanted.deployment.snapshot_label.as_deref()?;
-        let namespace = &self.obs.resource.namespace;
+    /// Evidence from the rollout's own pods that it has failed before the
+    /// Deployment controller says so: a pod that keeps crashing (when
+    /// fail-fast is on), or one that failed the quality gate. The reason
+    /// and the message.
+    fn failed_early(
+        &self,
+        wanted: &Plan,
+        target: &Deployment,
+        since: Option<&Time>,
+    ) -> Option<(&'static str, String)> {
         let container = &wanted.deployment.container;
         let crash = wanted
             .normalized
             .rollout_strategy
             .fail_fast_restarts()
             .and_then(|restarts| {
-                crash_loop::crash_loop(self.obs.pods, namespace, snapshot, container, restarts)
+                let since = since.map(|t| t.0.as_second());
+                crash_loop::crash_loop(self.rollout_pods(target), container, restarts, since)
             })
             .map(|crash| (reason::CRASH_LOOP, crash.message(container)));
         let quality = || {
             wanted.deployment.quality_gate.then(|| {
-                quality::failure(self.obs.pods, namespace, snapshot)
+                quality::failure(self.rollout_pods(target))
                     .map(|message| (reason::QUALITY_GATE_FAILED, message))
             })?
         };
         crash.or_else(quality)
     }
 
-    /// What a failing pod of `wanted`'s template said last.
-    fn last_words(&self, wanted: &Plan) -> Option<String> {
-        crash_loop::last_words(
-            self.obs.pods,
-            &self.obs.resource.namespace,
-            wanted.deployment.snapshot_label.as_deref()?,
-            &wanted.deployment.container,
-        )
+    /// What a failing pod of the rollout said last.
+    fn last_words(&self, wanted: &Plan, target: &Deployment) -> Option<String> {
+        crash_loop::last_words(self.rollout_pods(target), &wanted.deployment.container)
+    }
+
+    /// The pods of the rollout being judged on `target`: those of the
+    /// ReplicaSet the Deployment controller made for the generation this
+    /// resource wrote, and of this resource (see [`pods::of_rollout`]).
+    /// None until the controller has seen that generation.
+    fn rollout_pods(&self, target: &Deployment) -> Vec<&'a pods::PodView> {
+        let obs = self.obs;
+        let replica_sets = obs.snapshot_uses.iter().map(|u| pods::ReplicaSetRef {
+            name: &u.replica_set,
+            deployment: u.deployment.as_deref(),
+            revision: u.revision.as_deref(),
+        });
+        let generation = self.status.target_deployment_generation;
+        let Some(replica_set) = pods::current_replica_set(target, generation, replica_sets) else {
+            return Vec::new();
+        };
+        let owner = obs.resource.key();
+        pods::of_rollout(obs.pods, &obs.resource.namespace, &owner, replica_set).collect()
     }
 
     fn rolling_conditions(&mut self, why: &str, message: &str) {
@@ -1292,18 +1315,20 @@ impl<'a> Step<'a> {
                 Some(Phase::Failed) => {}
                 _ => {
                     // The controller's words, and the service's own.
-                    let detail = match self.last_words(wanted) {
+                    let detail = match self.last_words(wanted, target) {
                         Some(words) => format!("{message}; {words}"),
                         None => message,
                     };
                     self.failed(desired, wanted, target, reason, &detail)
                 }
             },
-            (Mode::Forward, Progress::InProgress | Progress::NotObserved)
+            (Mode::Forward, Progress::InProgress)
                 if !matches!(phase, Some(Phase::Ready | Phase::Failed))
-                    && self.failed_early(wanted).is_some() =>
+                    && self.failed_early(wanted, target, since.as_ref()).is_some() =>
             {
-                let (why, message) = self.failed_early(wanted).expect("checked above");
+                let (why, message) = self
+                    .failed_early(wanted, target, since.as_ref())
+                    .expect("checked above");
                 self.failed(desired, wanted, target, why, &message)
             }
             (Mode::Forward, Progress::InProgress | Progress::NotObserved) => match phase {

@@ -22,7 +22,7 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::{Value, json};
 
-use super::pods::{PodView, of_template};
+use super::pods::PodView;
 use super::resource::ResourceView;
 use crate::api::quality::{ProbeSet, QualityGate, Span};
 use crate::api::{OpenMedModelSpec, validate_spec};
@@ -572,11 +572,13 @@ pub fn mark(pod: &str, verdict: &Verdict) -> Mark {
     }
 }
 
-/// A pod of template `snapshot` that failed the gate, first by name: the
-/// rollout of that template has failed. "pod P failed the quality gate:
-/// DATE recall 0.00 is below 0.95 (minRecall): ..."
-pub fn failure(pods: &[PodView], namespace: &str, snapshot: &str) -> Option<String> {
-    let mut failed: Vec<&PodView> = of_template(pods, namespace, snapshot)
+/// A pod among `pods` (the rollout's own, [`super::pods::of_rollout`])
+/// that failed the gate, first by name: the rollout has failed. "pod P
+/// failed the quality gate: DATE recall 0.00 is below 0.95 (minRecall):
+/// ..."
+pub fn failure<'a>(pods: impl IntoIterator<Item = &'a PodView>) -> Option<String> {
+    let mut failed: Vec<&PodView> = pods
+        .into_iter()
         .filter(|p| p.quality.as_ref().is_some_and(|q| !q.passed))
         .collect();
     failed.sort_by(|a, b| a.name.cmp(&b.name));
@@ -904,17 +906,16 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_pod_of_the_template_is_the_rollouts_failure() {
+    fn a_failed_pod_of_the_rollout_is_its_failure() {
         let pods = vec![
             pod("new-b", "new", true, Some(false)),
-            pod("old-a", "old", true, Some(false)),
             pod("new-a", "new", true, Some(true)),
         ];
         assert_eq!(
-            failure(&pods, "ns", "new").unwrap(),
+            failure(&pods).unwrap(),
             "pod new-b failed the quality gate: m"
         );
-        assert_eq!(failure(&pods[2..], "ns", "new"), None);
+        assert_eq!(failure(&pods[1..]), None);
         let verdict = Verdict::Pass {
             summary: "NAME recall 1.00 (1/1)".into(),
         };

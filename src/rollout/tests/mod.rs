@@ -445,27 +445,85 @@ impl World {
             .map(str::to_owned)
     }
 
-    /// A pod of the current template whose container `openmed-service`
-    /// restarted `restarts` times, last exiting 3 with `message`.
-    fn crashing_pod(&mut self, name: &str, restarts: i32, message: &str) {
+    /// The Deployment controller sees the current generation and starts
+    /// rolling its template: the ReplicaSet it made for that template (a
+    /// template it had before keeps its ReplicaSet and gets the next
+    /// revision, as the controller does), one new pod on it. Its name.
+    fn controller_rolls(&mut self) -> String {
         let snapshot = self.template_snapshot();
-        let namespace = self.resource.namespace.clone();
-        self.pods.retain(|p| p.name != name);
-        self.pods.push(crate::rollout::pods::PodView {
-            namespace,
-            name: name.into(),
-            snapshot,
-            containers: vec![crate::rollout::pods::ContainerView {
-                name: "openmed-service".into(),
-                restarts,
-                last_exit: Some((3, "Error".into(), message.into())),
-            }],
-            ..Default::default()
+        let template = self.dep()["spec"]["template"].clone();
+        let template_key = template.to_string();
+        let next = self
+            .replica_sets
+            .iter()
+            .filter_map(|u| u.revision.as_deref()?.parse::<i64>().ok())
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let d = self.dep();
+        let current = d["metadata"]["annotations"][pods::REVISION_ANNOTATION].clone();
+        let uid = d["metadata"]["uid"].as_str().unwrap().to_owned();
+        let name = format!("svc-{:x}", {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            template_key.hash(&mut h);
+            h.finish() & 0xfffff
         });
+        let existing = self.replica_sets.iter().position(|u| u.replica_set == name);
+        // The template of the current revision keeps it; any other
+        // template, new or seen before, gets the next one.
+        let revision = match existing.and_then(|i| self.replica_sets[i].revision.clone()) {
+            Some(r) if current.as_str() == Some(r.as_str()) => r,
+            _ => next.to_string(),
+        };
+        let config_map = template["spec"]["containers"][0]["env"][0]
+            .pointer("/valueFrom/configMapKeyRef/name")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        self.replica_sets.retain(|u| u.replica_set != name);
+        if let Some(short) = snapshot {
+            self.replica_sets.push(SnapshotUse {
+                short,
+                config_map,
+                replica_set: name.clone(),
+                has_pods: true,
+                deployment: Some(uid),
+                revision: Some(revision.clone()),
+            });
+        }
+        let d = self.dep();
+        if !d["metadata"]["annotations"].is_object() {
+            d["metadata"]["annotations"] = json!({});
+        }
+        d["metadata"]["annotations"][pods::REVISION_ANNOTATION] = json!(revision);
+        d["status"] = json!({
+            "observedGeneration": d["metadata"]["generation"], "replicas": 3, "updatedReplicas": 1,
+            "readyReplicas": 2, "availableReplicas": 2, "unavailableReplicas": 1,
+            "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}],
+        });
+        name
     }
 
-    /// A pod of the current template that the quality gate judged.
-    fn judged_pod(&mut self, name: &str, passed: bool, message: &str) {
+    /// A pod of the ReplicaSet the Deployment controller made for the
+    /// current template, created now, whose container `openmed-service`
+    /// restarted `restarts` times, last exiting 3 with `message`.
+    fn crashing_pod(&mut self, name: &str, restarts: i32, message: &str) {
+        let replica_set = self.controller_rolls();
+        let created = self.now + self.server_ahead;
+        self.crashing_pod_of(name, &replica_set, created, restarts, message);
+    }
+
+    /// A pod of `replica_set` created at `created` (the server's clock),
+    /// whose container `openmed-service` restarted `restarts` times, last
+    /// exiting 3 with `message`.
+    fn crashing_pod_of(
+        &mut self,
+        name: &str,
+        replica_set: &str,
+        created: i64,
+        restarts: i32,
+        message: &str,
+    ) {
         let snapshot = self.template_snapshot();
         let namespace = self.resource.namespace.clone();
         self.pods.retain(|p| p.name != name);
@@ -474,6 +532,31 @@ impl World {
             namespace,
             name: name.into(),
             snapshot,
+            replica_set: Some(replica_set.into()),
+            created: Some(at(created).0.as_second()),
+            containers: vec![crate::rollout::pods::ContainerView {
+                name: "openmed-service".into(),
+                restarts,
+                last_exit: Some((3, "Error".into(), message.into())),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+
+    /// A pod of the current template that the quality gate judged.
+    fn judged_pod(&mut self, name: &str, passed: bool, message: &str) {
+        let replica_set = self.controller_rolls();
+        let snapshot = self.template_snapshot();
+        let namespace = self.resource.namespace.clone();
+        self.pods.retain(|p| p.name != name);
+        self.pods.push(crate::rollout::pods::PodView {
+            owner: Some(format!("{namespace}/svc")),
+            namespace,
+            name: name.into(),
+            snapshot,
+            replica_set: Some(replica_set),
+            created: Some(at(self.now + self.server_ahead).0.as_second()),
             containers_ready: true,
             gated: true,
             quality: Some(crate::rollout::pods::QualityMark {
@@ -1935,6 +2018,8 @@ fn snapshots_are_kept_while_retained_or_referenced_by_a_replica_set() {
         config_map: v1.as_str().map(str::to_owned),
         replica_set: "svc-1".into(),
         has_pods: false,
+        deployment: None,
+        revision: None,
     }];
     w.upgrade("v2");
     w.upgrade("v3");
@@ -2120,6 +2205,8 @@ fn deletion_waits_for_every_replica_set_with_pods_that_reads_a_snapshot() {
         config_map: None,
         replica_set: "svc-1".into(),
         has_pods: true,
+        deployment: None,
+        revision: None,
     }];
     w.resource.deleting = true;
     w.reconcile();
@@ -2134,6 +2221,8 @@ fn deletion_waits_for_every_replica_set_with_pods_that_reads_a_snapshot() {
         config_map: None,
         replica_set: "svc-1".into(),
         has_pods: false,
+        deployment: None,
+        revision: None,
     }];
     w.reconcile();
     assert!(w.config_maps.is_empty());
@@ -2159,12 +2248,16 @@ fn deletion_waits_only_for_its_own_pods_when_another_resource_serves_the_same_mo
         config_map: Some(format!("other-model-manifest-{short}")),
         replica_set: "other-7d4b9c".into(),
         has_pods: true,
+        deployment: None,
+        revision: None,
     };
     let mine = SnapshotUse {
         short,
         config_map: Some(ours.clone()),
         replica_set: "svc-5f6d7".into(),
         has_pods: true,
+        deployment: None,
+        revision: None,
     };
     w.replica_sets = vec![theirs.clone(), mine];
     w.resource.deleting = true;
@@ -2321,6 +2414,108 @@ fn a_higher_fail_fast_threshold_waits_for_more_restarts() {
     w.now += 10;
     assert!(w.reconcile().is_empty());
     w.crashing_pod("svc-v2-a", 4, STARTUP_FAILED);
+    w.now += 10;
+    assert_eq!(
+        reasons(&w.reconcile()),
+        [reason::ROLLOUT_FAILED, reason::ROLLBACK_STARTED]
+    );
+}
+
+// ---- which pods a rollout is judged by ----
+
+#[test]
+fn restarts_from_before_a_rollout_do_not_fail_an_edit_that_keeps_the_model() {
+    let mut w = World::ready_at("v1");
+    let replica_set = w.controller_rolls();
+    w.pods_ready();
+    // Two restarts last week: an OOM kill, a node hiccup.
+    let week_ago = w.now - 7 * 86_400;
+    w.crashing_pod_of("svc-v1-a", &replica_set, week_ago, 2, "Killed");
+    w.pods[0].containers[0].last_exit_at = Some(at(week_ago + 3600).0.as_second());
+    let mut more = spec("v1");
+    more["replicas"] = json!(3);
+    w.set_spec(more);
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(
+        w.controller_rolls(),
+        replica_set,
+        "the template is the same: so is its ReplicaSet"
+    );
+    w.now += 10;
+    let events = w.reconcile();
+    assert!(
+        !reasons(&events).contains(&reason::ROLLOUT_FAILED),
+        "an old restart count is no crash loop: {events:?}"
+    );
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+
+    // The same pod held back after a failed exit during a rollout is one.
+    let mut four = spec("v1");
+    four["replicas"] = json!(4);
+    w.set_spec(four);
+    w.now += 10;
+    w.reconcile();
+    w.controller_rolls();
+    w.now += 10;
+    let c = &mut w.pods[0].containers[0];
+    c.restarts = 3;
+    c.waiting = Some(pods::CRASH_LOOP_BACK_OFF.into());
+    c.last_exit_at = Some(at(w.now - 1).0.as_second());
+    let events = w.reconcile();
+    assert_eq!(reasons(&events)[0], reason::ROLLOUT_FAILED, "{events:?}");
+    assert!(
+        events[0].message.contains("pod svc-v1-a keeps crashing"),
+        "{}",
+        events[0].message
+    );
+}
+
+#[test]
+fn pods_of_other_deployments_serving_the_same_model_never_fail_a_rollout() {
+    let mut w = World::ready_at("v1");
+    w.set_version("v2");
+    w.now += 10;
+    w.reconcile();
+    w.controller_rolls();
+    let created = w.now - 5;
+    // A canary's pod runs this resource's model on another Deployment's
+    // ReplicaSet; another resource serving v2 in the namespace has its own.
+    w.crashing_pod_of("canary-a", "svc-canary-5d8f", created, 9, STARTUP_FAILED);
+    w.crashing_pod_of("other-a", "other-7c4b", created, 9, STARTUP_FAILED);
+    w.pods[1].owner = Some("ns/other".into());
+    w.now += 10;
+    let events = w.reconcile();
+    assert!(
+        events.is_empty(),
+        "neither is this rollout's pod: {events:?}"
+    );
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+}
+
+#[test]
+fn no_pod_fails_a_rollout_before_the_controller_has_seen_its_generation() {
+    let mut w = World::ready_at("v1");
+    let earlier = w.controller_rolls();
+    w.pods_ready();
+    w.set_version("v2");
+    w.now += 10;
+    w.reconcile();
+    // The Deployment's write landed; the controller has not seen it. A pod
+    // with restarts runs on the ReplicaSet of the previous revision.
+    let created = w.now;
+    w.crashing_pod_of("svc-v1-a", &earlier, created, 5, STARTUP_FAILED);
+    w.pods[0].snapshot = w.template_snapshot();
+    w.now += 10;
+    let events = w.reconcile();
+    assert!(events.is_empty(), "not yet observed: {events:?}");
+    assert_eq!(w.status().phase, Some(Phase::RollingOut));
+    // Once it has, the new ReplicaSet's crashing pod fails it at once.
+    w.crashing_pod("svc-v2-a", 2, STARTUP_FAILED);
     w.now += 10;
     assert_eq!(
         reasons(&w.reconcile()),
