@@ -22,7 +22,9 @@ import (
 // and it makes the container's view of the filesystem before it executes
 // the container's command in its place (same pid): a mount namespace of its
 // own in which every volume is bind-mounted at its mountPath and the pod's
-// /etc/hosts over the machine's. Everything else is the machine's own
+// /etc/hosts over the machine's. Sources are opened before the first mount,
+// so a volume mounted over the folder that holds the pod's files (an
+// emptyDir at /tmp) hides none of them. Everything else is the machine's own
 // filesystem, writable as it is. A mountPath that does not exist (/certs)
 // is made without touching the machine: its nearest existing parent is
 // shadowed by a tmpfs holding bind mounts of that parent's entries, plus
@@ -37,6 +39,8 @@ type initSpec struct {
 }
 
 type initMount struct {
+	// Volume names the mount in errors: the pod's volume, or etc-hosts.
+	Volume   string `json:"volume"`
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
@@ -69,26 +73,47 @@ func containerInit(args []string) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		fail("making mounts private: %v", err)
 	}
-	fs := &shadowFS{scratch: spec.Scratch, shadowed: map[string]bool{}}
 	// Parents before children, so a mount inside another volume lands on it.
 	sort.SliceStable(spec.Mounts, func(i, j int) bool {
 		return depth(spec.Mounts[i].Target) < depth(spec.Mounts[j].Target)
 	})
-	for _, m := range spec.Mounts {
-		info, err := os.Stat(m.Source)
-		if err != nil {
-			fail("volume source: %v", err)
+	// Every source, and the scratch folder, is opened before the first
+	// mount and mounted from its open handle: a volume mounted over a
+	// folder hides the paths beneath it (Envoy's emptyDir at /tmp hides a
+	// pod kept under /tmp), not what is already open. Opened here, after
+	// the unshare, as a bind mount's source must be in this namespace.
+	if err := os.MkdirAll(spec.Scratch, 0o755); err != nil {
+		fail("scratch: %v", err)
+	}
+	scratch, err := openPath(spec.Scratch)
+	if err != nil {
+		fail("scratch %s: %v", spec.Scratch, err)
+	}
+	fs := &shadowFS{scratch: scratch, shadowed: map[string]bool{}}
+	sources := make([]string, len(spec.Mounts))
+	isDir := make([]bool, len(spec.Mounts))
+	for i, m := range spec.Mounts {
+		src, err := openPath(m.Source)
+		var info os.FileInfo
+		if err == nil {
+			info, err = os.Stat(src)
 		}
-		target, err := fs.mountpoint(m.Target, info.IsDir())
 		if err != nil {
-			fail("mountPath %s: %v", m.Target, err)
+			fail("volume %s at %s: source %s: %v", m.Volume, m.Target, m.Source, err)
 		}
-		if err := unix.Mount(m.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			fail("mounting %s at %s: %v", m.Source, m.Target, err)
+		sources[i], isDir[i] = src, info.IsDir()
+	}
+	for i, m := range spec.Mounts {
+		target, err := fs.mountpoint(m.Target, isDir[i])
+		if err != nil {
+			fail("volume %s at %s: %v", m.Volume, m.Target, err)
+		}
+		if err := unix.Mount(sources[i], target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			fail("volume %s at %s: mounting %s: %v", m.Volume, m.Target, m.Source, err)
 		}
 		if m.ReadOnly {
 			if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-				fail("making %s read-only: %v", m.Target, err)
+				fail("volume %s at %s: making it read-only: %v", m.Volume, m.Target, err)
 			}
 		}
 	}
@@ -107,9 +132,22 @@ func containerInit(args []string) {
 	fail("exec %s: %v", path, err)
 }
 
+// openPath opens path (a file or a folder, following symlinks) without
+// reading it, and returns the name under /proc/self/fd that stands for the
+// opened object whatever is mounted over its path later. The descriptor
+// stays open until the exec, which closes it.
+func openPath(path string) (string, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", fd), nil
+}
+
 func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
 
 type shadowFS struct {
+	// scratch is the opened scratch folder (see openPath).
 	scratch  string
 	n        int
 	shadowed map[string]bool

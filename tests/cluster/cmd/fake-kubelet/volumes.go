@@ -259,10 +259,10 @@ func (w *podWorker) mountsOf(c *v1.Container, own map[string]string) ([]initMoun
 		if filepath.Clean(m.MountPath) == "/etc/hosts" {
 			hosts = false
 		}
-		out = append(out, initMount{Source: src, Target: m.MountPath, ReadOnly: m.ReadOnly})
+		out = append(out, initMount{Volume: m.Name, Source: src, Target: m.MountPath, ReadOnly: m.ReadOnly})
 	}
 	if hosts {
-		out = append(out, initMount{Source: filepath.Join(w.dir, "etc-hosts"), Target: "/etc/hosts"})
+		out = append(out, initMount{Volume: "etc-hosts", Source: filepath.Join(w.dir, "etc-hosts"), Target: "/etc/hosts"})
 	}
 	return out, nil
 }
