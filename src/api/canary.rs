@@ -396,7 +396,13 @@ pub struct CanaryStatus {
     #[serde(default)]
     pub failures: i32,
 
-    /// The latest measurements, newest last (at most 20 kept).
+    /// Rounds of analysis in a row in which a check got no answer (an
+    /// error, a timeout): at four the canary aborts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unanswered_rounds: i32,
+
+    /// The latest measurements, newest last (20 kept, and always the whole
+    /// latest round).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub analysis: Vec<AnalysisResult>,
 
@@ -505,4 +511,9 @@ pub enum Outcome {
     /// No data, NaN, several samples, or no answer: neither a pass nor a
     /// failure.
     Inconclusive,
+}
+
+/// Zero counts are left out of the status.
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }

@@ -685,12 +685,23 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
     let mut current = obj.clone();
     let mut fresh = Fresh::default();
     fresh.read_live(&current.view(), ctx).await?;
+    // A canary's Deployment is released only once no request reaches it:
+    // the drain query, when due, is read as for any decision.
+    let drain: Vec<_> = rollout::analysis_checks(&current.view(), &ctx.settings, &now())
+        .into_iter()
+        .filter(|c| c.name() == rollout::drain::CHECK_NAME)
+        .collect();
+    let measurements = if drain.is_empty() {
+        Vec::new()
+    } else {
+        ctx.prober.measure(&drain).await
+    };
     let mut last_writes = String::new();
     for _ in 0..MAX_PASSES {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        let decision = decide(&view, &world, &[], &ctx.settings, now.clone());
+        let decision = decide(&view, &world, &measurements, &ctx.settings, now.clone());
         record_events(ctx, &current, &decision).await;
         if decision.finished {
             remove_finalizer(api, &current).await?;

@@ -50,8 +50,15 @@ use crate::api::{
 };
 use crate::plan;
 
-/// How many measurements the status keeps.
+/// How many measurements the status keeps, at least: the latest round is
+/// always kept whole, however many checks it has, since the step's verdict
+/// is taken on it.
 const KEPT_RESULTS: usize = 20;
+
+/// Rounds in a row in which a check got no answer (an error, a timeout)
+/// after which a canary aborts: a model nobody can judge must not keep its
+/// share of the traffic. Argo Rollouts' default consecutive error limit.
+const ERROR_LIMIT: i32 = 4;
 
 /// How often a canary in progress is looked at, at least.
 const ROUTE_LOOK: Duration = Duration::from_secs(10);
@@ -133,6 +140,12 @@ impl Step<'_> {
                     // The last canary's weights go back first: a canary
                     // started on them would take them for Git's.
                     self.look_again(Duration::from_secs(1));
+                    return Part::Hold(Box::new(stable));
+                }
+                if !self.drained(canary) {
+                    // Its canary Deployment gets the new version only once
+                    // the data plane sends it none of the last one's
+                    // requests.
                     return Part::Hold(Box::new(stable));
                 }
                 self.start_canary(canary.expect("checked above"), desired, &stable);
@@ -399,6 +412,12 @@ impl Step<'_> {
             Ok(slots) => slots,
             Err(problem) => return self.canary_waits(c, reason::ROUTE_INVALID, problem),
         };
+        if let Some(analysis) = &canary.analysis {
+            let refused = analysis::refused(analysis, &self.obs.settings.analysis_allow);
+            if !refused.is_empty() {
+                return self.held_at_zero(c, &slots, traffic, &refused);
+            }
+        }
         let index = (c.step.max(1) - 1) as usize;
         let Some(step) = canary.steps.get(index).cloned() else {
             return self.promote(c);
@@ -508,14 +527,6 @@ impl Step<'_> {
         let verdict = match &canary.analysis {
             None => Verdict::Passed,
             Some(analysis) => {
-                let refused = analysis::refused(analysis, &self.obs.settings.analysis_allow);
-                if !refused.is_empty() {
-                    return self.canary_waits(
-                        c,
-                        reason::ANALYSIS_ENDPOINT_NOT_ALLOWED,
-                        not_allowed_message(c.step, &refused),
-                    );
-                }
                 if analysis::due(analysis, c, &self.obs.now) && !self.obs.measurements.is_empty() {
                     self.record_round(c, canary);
                     if c.state == CanaryState::Aborted {
@@ -555,6 +566,39 @@ impl Step<'_> {
             ),
             _ => self.holding(c, canary),
         }
+    }
+
+    /// The analysis cannot run (an endpoint the operator may not call): a
+    /// model nothing judges gets no traffic. The canary holds at the
+    /// weights before it, taking back what a step had moved, and starts
+    /// its steps over once every endpoint is allowed.
+    fn held_at_zero(
+        &mut self,
+        c: &mut CanaryStatus,
+        slots: &Slots,
+        traffic: &crate::api::TrafficRef,
+        refused: &[String],
+    ) {
+        let message = not_allowed_message(refused);
+        if let Some(restore) = c.restore_weights {
+            let seen = slots.shape();
+            let rest = route::at_rest(restore);
+            if seen != rest {
+                if seen != recorded_shape(c, restore) && c.step_start_time.is_some() {
+                    return self.route_drift(c, slots, traffic, recorded_shape(c, restore));
+                }
+                // Recorded before it is written, as every step is.
+                self.writes.push(Write::PatchRoute {
+                    name: traffic.http_route.clone(),
+                    patch: route::shape_patch(slots, traffic, rest),
+                });
+            }
+            c.weight = restore.canary;
+            c.mirror = None;
+        }
+        c.step = 1;
+        c.step_start_time = None;
+        self.canary_waits(c, reason::ANALYSIS_ENDPOINT_NOT_ALLOWED, message);
     }
 
     /// A step holds its weight: its pause runs, or its analysis measures.
@@ -601,9 +645,34 @@ impl Step<'_> {
                 message,
             });
         }
-        let excess = c.analysis.len().saturating_sub(KEPT_RESULTS);
-        c.analysis.drain(..excess);
+        keep_latest(&mut c.analysis);
+        // A round in which a check got no answer at all (an error, a
+        // timeout; not "no data") counts towards ERROR_LIMIT; a round with
+        // every answer starts the count again.
+        let unanswered: Vec<String> = self
+            .obs
+            .measurements
+            .iter()
+            .filter_map(|m| match &m.reading {
+                analysis::Reading::Failed(why) => Some(format!("{}: {why}", m.name)),
+                _ => None,
+            })
+            .collect();
+        c.unanswered_rounds = if unanswered.is_empty() {
+            0
+        } else {
+            c.unanswered_rounds + 1
+        };
         self.status.canary = Some(c.clone());
+        if c.unanswered_rounds >= ERROR_LIMIT {
+            self.abort_canary(&format!(
+                "the analysis got no answer {} rounds in a row ({}); a model nobody can judge keeps no traffic",
+                c.unanswered_rounds,
+                unanswered.join("; ")
+            ));
+            *c = self.status.canary.clone().unwrap_or_default();
+            return;
+        }
         if failed.is_empty() {
             return;
         }
@@ -791,7 +860,7 @@ impl Step<'_> {
         self.condition(STALLED, stalled, why, message);
     }
 
-    fn look_again(&mut self, after: Duration) {
+    pub(super) fn look_again(&mut self, after: Duration) {
         self.requeue_after = Some(self.requeue_after.map_or(after, |d| d.min(after)));
     }
 
@@ -898,8 +967,11 @@ impl Step<'_> {
         self.restore_route();
     }
 
-    /// Deletion: a canary in progress ends, and its weights go back.
-    pub(super) fn end_canary_for_deletion(&mut self) {
+    /// Deletion: a canary in progress ends, and its weights go back. The
+    /// canary Deployment a deletion must not release yet, if any: while the
+    /// route may still send it requests (its weights are not back, or the
+    /// data plane has not drained), it keeps its model.
+    pub(super) fn end_canary_for_deletion(&mut self) -> Option<String> {
         if self
             .status
             .canary
@@ -908,7 +980,32 @@ impl Step<'_> {
         {
             self.end_canary(CanaryState::Aborted, "the resource is being deleted");
         }
-        self.restore_route();
+        let spec = serde_json::from_value::<OpenMedModelSpec>(self.obs.resource.spec.clone()).ok();
+        let canary = spec.as_ref().and_then(|s| s.canary.as_ref());
+        if self.restore_route() && self.drained(canary) {
+            return None;
+        }
+        self.status
+            .canary
+            .as_ref()
+            .and_then(|c| c.target_ref.as_ref())
+            .map(|t| t.name.clone())
+    }
+
+    /// The canary's weights cannot be put back because the route is not
+    /// as the canary left it: a condition (and an Event when it is news)
+    /// says what is wrong, until a person mends the route.
+    fn route_stuck(&mut self, traffic: &crate::api::TrafficRef, problem: &str) {
+        let message = format!(
+            "the canary's traffic cannot be put back on HTTPRoute {}: {problem}; it may still send requests to {}. Mend the route (or remove the canary backend from it)",
+            traffic.http_route, traffic.canary_backend
+        );
+        let known = super::conditions::get(&self.old.conditions, RECONCILING)
+            .is_some_and(|c| c.reason == reason::ROUTE_INVALID && c.message == message);
+        if !known {
+            self.event(EventType::Warning, reason::ROUTE_INVALID, message.clone());
+        }
+        self.condition(RECONCILING, true, reason::ROUTE_INVALID, message);
     }
 
     /// Puts back the weights a canary that is over moved, judged on what
@@ -941,15 +1038,30 @@ impl Step<'_> {
             return false;
         }
         let namespace = self.obs.resource.namespace.clone();
-        let slots = self
-            .obs
-            .route
-            .and_then(|r| route::locate(r, &traffic, &namespace).ok());
-        let Some(slots) = slots else {
-            // No route, or not this shape any more: nothing of ours is left.
+        let Some(found) = self.obs.route else {
+            // The route is gone (the shell read it and was told so): it
+            // sends nothing anywhere.
             back(&mut c, restore, &self.obs.now);
             self.status.canary = Some(c);
             return true;
+        };
+        let slots = match route::locate(found, &traffic, &namespace) {
+            Ok(slots) => slots,
+            Err(_) if !route::sends_to(found, &traffic.canary_backend, &namespace) => {
+                // Not this shape any more, and no rule sends the canary
+                // backend anything: nothing of ours is left.
+                back(&mut c, restore, &self.obs.now);
+                self.status.canary = Some(c);
+                return true;
+            }
+            Err(problem) => {
+                // The canary's weight may still be on the route, where the
+                // operator cannot find it to put it back. Never taken for
+                // restored: say why, and look again.
+                self.route_stuck(&traffic, &problem);
+                self.look_again(ROUTE_LOOK);
+                return false;
+            }
         };
         let ours = recorded_shape(&c, restore);
         let seen = slots.shape();
@@ -974,15 +1086,16 @@ impl Step<'_> {
     }
 
     /// The canary Deployments a release must leave alone: the one the
-    /// spec names, and the one of a canary whose weights are not back
-    /// yet (the route still sends it traffic).
+    /// spec names, and the one of a canary whose weights are not back yet
+    /// or whose traffic has not drained (the data plane may still send it
+    /// requests).
     pub(super) fn canary_deployments(&self, canary: Option<&Canary>) -> Vec<String> {
         let mut keep: Vec<String> = canary
             .map(|c| c.target_ref.name.clone())
             .into_iter()
             .collect();
         if let Some(c) = &self.status.canary
-            && route_moved(c)
+            && (route_moved(c) || draining(c))
             && let Some(target) = &c.target_ref
         {
             keep.push(target.name.clone());
@@ -1008,8 +1121,40 @@ impl Step<'_> {
                 &canary.target_ref.container_name,
             ));
         }
+        // A canary Deployment no longer named but not released yet (its
+        // traffic drains) reads its model until it is.
+        let kept = self.canary_deployments(canary);
+        if let Some(old) = self
+            .status
+            .canary
+            .as_ref()
+            .and_then(|c| c.target_ref.as_ref())
+        {
+            for d in self.obs.claimed.iter().filter(|d| {
+                d.metadata.name.as_deref() == Some(old.name.as_str()) && kept.contains(&old.name)
+            }) {
+                let observed = serde_json::to_value(d).expect("a Deployment serializes");
+                keep.extend(template_config_map(&observed, &old.container_name));
+            }
+        }
         keep
     }
+}
+
+/// Drops the oldest results beyond [`KEPT_RESULTS`], but never one of the
+/// latest round (the results of its time and step).
+fn keep_latest(results: &mut Vec<AnalysisResult>) {
+    let Some(last) = results.last() else {
+        return;
+    };
+    let (time, step) = (last.time.clone(), last.step);
+    let latest = results
+        .iter()
+        .rev()
+        .take_while(|r| r.time == time && r.step == step)
+        .count();
+    let excess = results.len().saturating_sub(KEPT_RESULTS.max(latest));
+    results.drain(..excess);
 }
 
 /// What the latest round of analysis at the current step says.
@@ -1056,10 +1201,10 @@ fn latest_round(c: &CanaryStatus) -> Verdict {
     }
 }
 
-/// Why a step holds on endpoints the operator may not call.
-fn not_allowed_message(step: i32, refused: &[String]) -> String {
+/// Why a canary holds at no traffic on endpoints the operator may not call.
+fn not_allowed_message(refused: &[String]) -> String {
     format!(
-        "step {step} holds: analysis endpoints the operator does not allow, so nothing is sent: {}. An administrator allows them with `openmed-op run --analysis-allow PREFIX`; or abort the canary",
+        "the canary holds with no traffic: analysis endpoints the operator does not allow, so nothing is sent: {}. An administrator allows them with `openmed-op run --analysis-allow PREFIX`; or abort the canary",
         refused.join("; ")
     )
 }

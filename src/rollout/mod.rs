@@ -593,26 +593,32 @@ impl<'a> Step<'a> {
             }
         };
         let canary = spec.canary.as_ref();
+        // A target that is missing or cannot be written holds everything,
+        // before a canary may start: one started now would only be ended by
+        // this same decision, and again by the next.
+        let problem = match obs.target {
+            None => Some((
+                reason::TARGET_NOT_FOUND,
+                format!(
+                    "Deployment {} not found in namespace {}",
+                    wanted.deployment.name, obs.resource.namespace
+                ),
+            )),
+            Some(target) => self.target_problem(target, &wanted),
+        };
+        if let Some((why, message)) = problem {
+            let canaries = self.canary_deployments(canary);
+            self.release_stale(&wanted, &canaries);
+            self.end_canary_blocked(&message);
+            return self.blocked(why, message);
+        }
+        let target = obs.target.expect("checked above");
         let part = self.canary_part(canary, &desired, mode);
         if let canary::Part::Hold(stable) = &part {
             wanted = (**stable).clone();
         }
         let canaries = self.canary_deployments(canary);
         self.release_stale(&wanted, &canaries);
-
-        let Some(target) = obs.target else {
-            let name = &wanted.deployment.name;
-            let message = format!(
-                "Deployment {name} not found in namespace {}",
-                obs.resource.namespace
-            );
-            self.end_canary_blocked(&message);
-            return self.blocked(reason::TARGET_NOT_FOUND, message);
-        };
-        if let Some((why, message)) = self.target_problem(target, &wanted) {
-            self.end_canary_blocked(&message);
-            return self.blocked(why, message);
-        }
         self.fit_to_target(&mut wanted, target);
         let changes = self.changes(&wanted, target);
 
@@ -994,9 +1000,30 @@ impl<'a> Step<'a> {
     /// without a model, delete the ConfigMaps; then the finalizer may go.
     fn release_everything(&mut self) {
         // A canary's weights go back first: the route outlives the resource.
-        self.end_canary_for_deletion();
+        // Its canary Deployment keeps its model until no request reaches it,
+        // and the finalizer stays until then.
+        let draining = self.end_canary_for_deletion();
         for deployment in self.obs.claimed {
+            if deployment.metadata.name.is_some() && deployment.metadata.name == draining {
+                continue;
+            }
             self.release(deployment);
+        }
+        if let Some(canary) = draining {
+            self.look_again(Duration::from_secs(2));
+            let stuck = conditions::get(&self.status.conditions, RECONCILING)
+                .is_some_and(|c| c.reason == reason::ROUTE_INVALID);
+            if !stuck {
+                self.condition(
+                    RECONCILING,
+                    true,
+                    reason::DELETION_WAITING,
+                    format!(
+                        "deleting: Deployment {canary} keeps the canary's model until its weights are back on the route and no request reaches it"
+                    ),
+                );
+            }
+            return;
         }
         if !self.obs.claimed.is_empty() {
             return;

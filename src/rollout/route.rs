@@ -204,6 +204,42 @@ fn backend(rule: &Value, service: &str, namespace: &str) -> Option<(usize, Optio
     Some((index, weight))
 }
 
+/// Whether any rule of `route` may still send requests, or copies of
+/// them, to the Service `service`: a backend reference to it with a weight
+/// other than 0 (absent is 1), or a `RequestMirror` filter to it. When a
+/// canary's rule cannot be located any more, this is what says whether its
+/// weights may still be on the route.
+pub fn sends_to(route: &Value, service: &str, namespace: &str) -> bool {
+    let rules = route
+        .pointer("/spec/rules")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    rules.iter().any(|rule| {
+        let weighted = rule
+            .get("backendRefs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|b| {
+                let field = |key: &str| b.get(key).and_then(Value::as_str);
+                field("name") == Some(service)
+                    && field("group").is_none_or(str::is_empty)
+                    && field("kind").is_none_or(|k| k == "Service")
+                    && field("namespace").is_none_or(|n| n == namespace)
+                    && b.get("weight").and_then(Value::as_i64) != Some(0)
+            });
+        let mirrored = rule
+            .get("filters")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .any(|(index, f)| mirror_to(f, service, namespace, index).is_some());
+        weighted || mirrored
+    })
+}
+
 /// The JSON Patch that moves the rule from the weights it was read with
 /// (`slots.weights`) to `next`.
 pub fn weight_patch(slots: &Slots, traffic: &TrafficRef, next: BackendWeights) -> Value {

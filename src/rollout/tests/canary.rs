@@ -961,7 +961,11 @@ fn analysis_endpoints_not_allowed_are_never_asked_and_hold_the_step() {
             w.condition(STALLED),
             ("True".into(), reason::ANALYSIS_ENDPOINT_NOT_ALLOWED.into())
         );
-        assert_eq!(w.weights(), (90, 10), "past the pause, still held");
+        assert_eq!(
+            w.weights(),
+            (100, 0),
+            "held, with its traffic taken back: nothing judges it"
+        );
         assert_eq!(w.canary_status().failures, 0);
         assert!(w.canary_status().analysis.is_empty(), "nothing measured");
     }
@@ -985,24 +989,40 @@ fn analysis_endpoints_not_allowed_are_never_asked_and_hold_the_step() {
     assert!(analysis_checks(&w.resource, &w.settings, &at(w.now)).is_empty());
     // Allowed (the operator restarted with the flag): asked, and on.
     w.settings.analysis_allow = allow(&["http://prometheus:9090"]);
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10), "the steps start over");
+    w.now += 10;
     let checks = analysis_checks(&w.resource, &w.settings, &at(w.now));
     let [analysis::Check::Prometheus { url, .. }] = checks.as_slice() else {
         panic!("one Prometheus check: {checks:?}")
     };
     assert_eq!(url.as_str(), "http://prometheus:9090/api/v1/query");
     w.measured(Reading::Sample(0.001));
-    w.now += 1;
+    w.now += 11;
     w.reconcile();
     assert_eq!(w.weights(), (50, 50), "a passing round ends the step");
 }
 
 #[test]
 fn one_refused_endpoint_holds_the_whole_round_and_no_credential_is_shown() {
-    let mut w = at_first_step(json!({"interval": "10s",
-        "metrics": [{"name": "error-rate", "thresholdRange": {"max": 0.01},
-                     "prometheus": {"address": "http://prometheus:9090", "query": "up"}}],
-        "webhooks": [{"name": "smoke",
-                      "url": "http://alice:hunter2@smoke/hook?key=s3cr3t"}]}));
+    let mut w = World::canary_ready(
+        json!([{"weight": 10, "pause": "20s"}]),
+        Some(json!({"interval": "10s",
+            "metrics": [{"name": "error-rate", "thresholdRange": {"max": 0.01},
+                         "prometheus": {"address": "http://prometheus:9090", "query": "up"}}],
+            "webhooks": [{"name": "smoke",
+                          "url": "http://alice:hunter2@smoke/hook?key=s3cr3t"}]})),
+    );
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    assert_eq!(
+        w.weights(),
+        (100, 0),
+        "no traffic while nothing can judge it"
+    );
     assert!(
         analysis_checks(&w.resource, &w.settings, &at(w.now)).is_empty(),
         "the allowed metric is not asked either"
@@ -1483,4 +1503,375 @@ fn a_mirror_removed_by_another_writer_is_drift_not_rewritten() {
     w.reconcile();
     assert_eq!(w.canary_status().mirror, None);
     assert_eq!(w.filters(), Value::Null);
+}
+
+// ---- every ending that takes weight off a backend waits for its drain ----
+
+/// v2 at its first step, a Gateway reporting on the route and caught up
+/// with it: the weights' way back can be watched.
+fn at_first_step_behind_a_gateway() -> World {
+    let mut w = at_first_step(error_rate());
+    let generation = w.route_generation();
+    w.gateway_accepted(generation);
+    w
+}
+
+impl World {
+    /// The canary Deployment still serves the canary's model from the
+    /// preload variable (it was neither moved back nor released).
+    fn canary_still_serves(&self, version: &str) -> bool {
+        self.canary_version().as_deref() == Some(version)
+    }
+
+    fn canary_released(&self) -> bool {
+        self.writes.iter().any(|x| {
+            matches!(x, Write::ApplyDeployment { name, release: true, .. } if name == "svc-canary")
+        })
+    }
+}
+
+#[test]
+fn a_new_canary_starts_only_once_the_last_ones_traffic_has_drained() {
+    let mut w = at_first_step_behind_a_gateway();
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "1".into());
+    w.reconcile();
+    assert_eq!(w.weights(), (100, 0));
+    // A new version before the Gateway has the weights back.
+    w.set_version("v3");
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(
+        w.canary_status().version,
+        "v2",
+        "no canary of v3 while v2's traffic may still arrive"
+    );
+    assert!(w.canary_still_serves("v2"));
+    let back = w.route_generation();
+    w.gateway_accepted(back);
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(
+        w.canary_status().version,
+        "v3",
+        "drained: the next one starts"
+    );
+    assert!(w.canary_still_serves("v3"));
+}
+
+#[test]
+fn removing_the_canary_block_keeps_the_old_canary_deployment_until_it_drained() {
+    let mut w = at_first_step_behind_a_gateway();
+    w.resource.spec.as_object_mut().unwrap().remove("canary");
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(w.weights(), (100, 0));
+    assert!(
+        !w.canary_released() && w.canary_still_serves("v2"),
+        "released before the Gateway had the weights back: {:?}",
+        w.writes
+    );
+    w.now += 2;
+    w.reconcile();
+    assert!(w.canary_still_serves("v2"));
+    let back = w.route_generation();
+    w.gateway_accepted(back);
+    w.now += 1;
+    w.reconcile();
+    let released = w.canary_released() || {
+        // Recording the drain is a status write, which the operator
+        // watches: the release may come with the next decision.
+        w.reconcile();
+        w.canary_released()
+    };
+    assert!(released, "drained: released");
+}
+
+#[test]
+fn renaming_the_canary_target_releases_the_old_one_only_once_it_drained() {
+    let mut w = at_first_step_behind_a_gateway();
+    let mut second = deployment("svc-canary-2");
+    second["spec"]["replicas"] = json!(1);
+    w.other_deployments.push(second);
+    w.resource.spec["canary"]["targetRef"]["name"] = json!("svc-canary-2");
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(w.weights(), (100, 0));
+    assert!(!w.canary_released(), "{:?}", w.writes);
+    assert!(
+        w.canary_still_serves("v2"),
+        "{:#?} {:?}",
+        w.canary.as_ref().unwrap()["spec"]["template"],
+        w.config_map_names()
+    );
+    let back = w.route_generation();
+    w.gateway_accepted(back);
+    w.now += 1;
+    w.reconcile();
+    let released = w.canary_released() || {
+        // Recording the drain is a status write, which the operator
+        // watches: the release may come with the next decision.
+        w.reconcile();
+        w.canary_released()
+    };
+    assert!(released, "drained: released");
+}
+
+#[test]
+fn deletion_mid_canary_waits_for_the_drain_and_keeps_the_finalizer_until_the_route_is_back() {
+    let mut w = at_first_step_behind_a_gateway();
+    w.resource.deleting = true;
+    w.reconcile();
+    assert_eq!(w.weights(), (100, 0), "the weights go back first");
+    assert!(
+        !w.canary_released() && w.canary_still_serves("v2"),
+        "the canary Deployment loses its model only once no request reaches it: {:?}",
+        w.writes
+    );
+    assert!(!w.decide().finished);
+    let back = w.route_generation();
+    w.gateway_accepted(back);
+    w.now += 1;
+    w.reconcile();
+    assert!(w.canary_released(), "drained: released");
+    // The released Deployments' pods restart without a model.
+    w.pods_ready();
+    w.reconcile();
+    assert!(w.decide().finished, "{:?}", w.status().conditions);
+}
+
+#[test]
+fn deletion_keeps_the_finalizer_while_the_route_cannot_be_put_back() {
+    let mut w = at_first_step(error_rate());
+    // Another writer renamed the rule the canary moved.
+    w.route.as_mut().unwrap()["spec"]["rules"][1]["name"] = json!("renamed");
+    w.resource.deleting = true;
+    for _ in 0..3 {
+        w.now += 5;
+        w.reconcile();
+    }
+    assert_eq!(
+        w.weights(),
+        (90, 10),
+        "nothing the operator can find to restore"
+    );
+    assert!(
+        !w.decide().finished,
+        "the finalizer stays while the canary's weight is still on the route"
+    );
+    let (status, why) = w.condition(RECONCILING);
+    assert_eq!(status, "True");
+    assert_eq!(why, reason::ROUTE_INVALID, "{:?}", w.status().conditions);
+    // Renamed back, the weights go back and the deletion goes on.
+    w.route.as_mut().unwrap()["spec"]["rules"][1]["name"] = json!("main");
+    for _ in 0..3 {
+        w.now += 5;
+        w.reconcile();
+    }
+    assert_eq!(w.weights(), (100, 0));
+    w.pods_ready();
+    w.reconcile();
+    assert!(w.decide().finished, "{:?}", w.status().conditions);
+}
+
+// ---- a route the operator cannot locate is never taken for restored ----
+
+#[test]
+fn an_abort_on_a_route_that_cannot_be_located_waits_instead_of_calling_it_restored() {
+    let mut w = at_first_step(error_rate());
+    w.route.as_mut().unwrap()["spec"]["rules"][1]["name"] = json!("renamed");
+    w.resource
+        .annotations
+        .insert(CANARY_ABORT_ANNOTATION.into(), "1".into());
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert!(
+        w.canary_status().weights_back_time.is_none(),
+        "the canary's weight is still on the route"
+    );
+    assert!(
+        w.canary_still_serves("v2"),
+        "the canary Deployment keeps serving what the route still sends it"
+    );
+    assert!(w.decide().requeue_after.is_some(), "looked at again");
+    // A route that no longer names the canary backend holds nothing of it.
+    let rule = &mut w.route.as_mut().unwrap()["spec"]["rules"][1];
+    rule["backendRefs"] = json!([{"name": "svc", "port": 8080, "weight": 100}]);
+    w.now += 1;
+    w.reconcile();
+    assert!(w.canary_status().weights_back_time.is_some());
+}
+
+// ---- a missing target starts no canary ----
+
+#[test]
+fn a_missing_stable_target_starts_no_canary_and_writes_nothing() {
+    let mut w = World::canary_ready(json!([{"weight": 10, "pause": "20s"}]), None);
+    w.deployment = None;
+    w.set_version("v2");
+    for _ in 0..3 {
+        w.now += 10;
+        w.reconcile();
+        assert!(w.writes.is_empty(), "{:?}", w.writes);
+    }
+    assert_eq!(
+        w.condition(READY),
+        ("False".into(), reason::TARGET_NOT_FOUND.into())
+    );
+    let canary_events: Vec<_> = w
+        .reasons()
+        .into_iter()
+        .filter(|r| r.starts_with("Canary"))
+        .collect();
+    assert!(
+        canary_events.is_empty(),
+        "no canary started and aborted at every decision: {canary_events:?}"
+    );
+}
+
+// ---- a round is judged whole ----
+
+#[test]
+fn a_round_with_more_checks_than_the_status_keeps_is_judged_whole() {
+    let metrics: Vec<Value> = (0..10)
+        .map(|i| {
+            json!({"name": format!("m{i}"), "thresholdRange": {"max": 1.0},
+                   "prometheus": {"address": "http://prometheus:9090", "query": "x"}})
+        })
+        .collect();
+    let webhooks: Vec<Value> = (0..10)
+        .map(|i| json!({"name": format!("w{i}"), "url": format!("http://smoke/{i}")}))
+        .collect();
+    let mut w = at_first_step(
+        json!({"interval": "10s", "metrics": metrics, "webhooks": webhooks,
+        "probes": {"configMapRef": {"name": "probes"}, "minRecall": {"*": 1.0}}}),
+    );
+    // 21 checks in one round: the first had no data, the others pass.
+    let mut round: Vec<Measurement> = (0..10)
+        .map(|i| Measurement {
+            name: format!("m{i}"),
+            reading: if i == 0 {
+                Reading::NoData
+            } else {
+                Reading::Sample(0.0)
+            },
+        })
+        .collect();
+    round.extend((0..10).map(|i| Measurement {
+        name: format!("w{i}"),
+        reading: Reading::Answer(200),
+    }));
+    round.push(Measurement {
+        name: analysis::PROBES.into(),
+        reading: Reading::Judged(crate::api::Outcome::Pass, "recall 1.00".into()),
+    });
+    w.measurements = round;
+    w.now += 21;
+    w.reconcile();
+    assert_eq!(
+        w.weights(),
+        (90, 10),
+        "a round with a check that had no data is no pass"
+    );
+    assert_eq!(w.condition(STALLED).1, reason::ANALYSIS_INCONCLUSIVE);
+    assert_eq!(w.canary_status().analysis.len(), 21, "kept whole");
+}
+
+// ---- an unjudged model keeps no traffic ----
+
+#[test]
+fn a_refused_analysis_endpoint_holds_the_canary_at_zero() {
+    let mut w = World::canary_ready(
+        json!([{"weight": 10, "pause": "20s"}, {"weight": 50, "pause": "20s"}]),
+        Some(error_rate()),
+    );
+    w.settings = Settings::default();
+    w.set_version("v2");
+    w.reconcile();
+    w.canary_pods_ready();
+    for _ in 0..3 {
+        w.now += 11;
+        w.reconcile();
+        assert_eq!(
+            w.weights(),
+            (100, 0),
+            "no traffic to a model nothing judges"
+        );
+        assert_eq!(
+            w.condition(STALLED),
+            ("True".into(), reason::ANALYSIS_ENDPOINT_NOT_ALLOWED.into())
+        );
+    }
+    // Allowed, the steps begin.
+    w.settings.analysis_allow = allow(&["http://prometheus:9090"]);
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+}
+
+#[test]
+fn an_endpoint_refused_mid_canary_takes_the_traffic_back_to_zero() {
+    let mut w = at_first_step(error_rate());
+    w.settings = Settings::default();
+    w.now += 11;
+    w.reconcile();
+    assert_eq!(w.weights(), (100, 0));
+    assert_eq!(
+        w.condition(STALLED),
+        ("True".into(), reason::ANALYSIS_ENDPOINT_NOT_ALLOWED.into())
+    );
+    w.settings.analysis_allow = allow(&["http://prometheus:9090"]);
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10), "the steps start over");
+    assert_eq!(w.canary_status().step, 1);
+}
+
+#[test]
+fn an_analysis_endpoint_that_never_answers_aborts_after_four_rounds() {
+    let mut w = at_first_step(error_rate());
+    for round in 1..=4 {
+        w.measured(Reading::Failed("timed out after 10s".into()));
+        w.now += 11;
+        w.reconcile();
+        if round < 4 {
+            assert_eq!(w.weights(), (90, 10), "round {round}: held");
+            assert_eq!(w.canary_status().state, CanaryState::Paused);
+        }
+    }
+    assert_eq!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.weights(), (100, 0));
+    let aborted = w
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.reason == reason::CANARY_ABORTED)
+        .expect("an abort");
+    assert!(
+        aborted.message.contains("4 rounds in a row"),
+        "{}",
+        aborted.message
+    );
+    // No data is not an error: it holds, and a round with an answer
+    // starts the count again.
+}
+
+#[test]
+fn an_answer_between_errors_starts_the_count_again() {
+    let mut w = at_first_step(error_rate());
+    for reading in [
+        Reading::Failed("timed out".into()),
+        Reading::Failed("timed out".into()),
+        Reading::Failed("timed out".into()),
+        Reading::NoData,
+        Reading::Failed("timed out".into()),
+        Reading::Failed("timed out".into()),
+    ] {
+        w.measured(reading);
+        w.now += 11;
+        w.reconcile();
+    }
+    assert_ne!(w.canary_status().state, CanaryState::Aborted);
+    assert_eq!(w.weights(), (90, 10));
 }
