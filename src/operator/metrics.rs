@@ -34,6 +34,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RollbackLabels {
     trigger: &'static str,
     outcome: &'static str,
@@ -66,6 +71,7 @@ pub struct Metrics {
     route_drift: Counter,
     quality_probes: Family<OutcomeLabels, Counter>,
     quality_marks: Family<OutcomeLabels, Counter>,
+    bodies_cut: Family<SourceLabels, Counter>,
     active: Gauge<i64, AtomicI64>,
     backoff: Gauge<i64, AtomicI64>,
     failing_watches: Gauge<i64, AtomicI64>,
@@ -90,6 +96,12 @@ impl Default for Metrics {
         let route_drift = Counter::default();
         let quality_probes = Family::<OutcomeLabels, Counter>::default();
         let quality_marks = Family::<OutcomeLabels, Counter>::default();
+        let bodies_cut = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "openmed_operator_response_bodies_cut",
+            "Answers whose body the operator stopped reading, too long or too slow, and read as no data, by source (prometheus, pod)",
+            bodies_cut.clone(),
+        );
         registry.register(
             "openmed_quality_probe_requests",
             "Requests the quality gate sent to pods, by outcome (answered, failed)",
@@ -194,6 +206,7 @@ impl Default for Metrics {
             route_drift,
             quality_probes,
             quality_marks,
+            bodies_cut,
             active,
             backoff,
             failing_watches,
@@ -264,6 +277,14 @@ impl Metrics {
     pub fn quality_judged(&self, outcome: &'static str) {
         self.quality_marks
             .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// Counts one answer whose body was cut, by where it came from (a
+    /// fixed name per kind of endpoint, so the label stays bounded).
+    pub fn body_cut(&self, source: &'static str) {
+        self.bodies_cut
+            .get_or_create(&SourceLabels { source })
             .inc();
     }
 

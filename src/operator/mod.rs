@@ -477,6 +477,7 @@ async fn run_scope(
     let controller = Controller::for_stream(model_events, reflector::Store::clone(&models))
         .with_config(controller::Config::default().concurrency(options.concurrency));
     let client = clients.requests;
+    let prober = probe::Prober::new(metrics.clone());
     let context = Arc::new(Context {
         client: client.clone(),
         models: models.clone(),
@@ -492,7 +493,7 @@ async fn run_scope(
         failures: Mutex::new(std::collections::HashMap::new()),
         fence: fence.clone(),
         synced,
-        prober: probe::Prober::new(),
+        prober,
         written: recent::Written::default(),
         settled: settled::Settled::default(),
     });

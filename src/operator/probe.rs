@@ -9,8 +9,13 @@
 //! shares. So the client sends exactly the URL the core allowed and
 //! follows no redirect (a redirect would lead anywhere), every check is
 //! bounded in time, `measure` as a whole never outlasts [`MEASURE_DEADLINE`],
-//! and no message carries an address's credentials or query.
+//! and no message carries an address's credentials or query. An answer's
+//! body is read within [`BODY_CAP`], in size and in time: one past it is
+//! no data, and counted, so an endless answer can neither fill the
+//! operator's memory (which a restart would only fill again) nor hold a
+//! worker.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -22,6 +27,8 @@ use crate::api::rules::WEBHOOK_TIMEOUT_MAX;
 use crate::rollout::analysis::{Check, Measurement, Reading};
 use crate::rollout::quality::Answer;
 
+use super::metrics::Metrics;
+
 /// How long a Prometheus query may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -29,22 +36,44 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// that asked waits for it, and holds a worker all the while.
 pub const MEASURE_DEADLINE: Duration = WEBHOOK_TIMEOUT_MAX;
 
+/// How much of an answer's body the operator reads, and for how long once
+/// its head has come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyCap {
+    /// The most bytes read.
+    pub bytes: usize,
+    /// The longest the body may take to arrive whole.
+    pub time: Duration,
+}
+
+/// An instant query's one sample, or a quality probe's entities, fits in
+/// far less; the time leaves room inside [`QUERY_TIMEOUT`] and the
+/// quality gate's request timeout.
+pub const BODY_CAP: BodyCap = BodyCap {
+    bytes: 1 << 20,
+    time: Duration::from_secs(5),
+};
+
 /// The HTTP client for checks.
 #[derive(Clone)]
 pub struct Prober {
     client: reqwest::Client,
     deadline: Duration,
+    body_cap: BodyCap,
+    metrics: Arc<Metrics>,
 }
 
 impl Prober {
     /// A client with the platform's trust roots, short timeouts, no
-    /// redirects, and [`MEASURE_DEADLINE`].
-    pub fn new() -> Self {
-        Self::with_deadline(MEASURE_DEADLINE)
+    /// redirects, [`MEASURE_DEADLINE`] and [`BODY_CAP`], counting the
+    /// answers it cuts in `metrics`.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self::with_bounds(MEASURE_DEADLINE, BODY_CAP, metrics)
     }
 
-    /// [`Prober::new`] with another bound on `measure` (shorter, in tests).
-    pub fn with_deadline(deadline: Duration) -> Self {
+    /// [`Prober::new`] with other bounds on `measure` and on the bodies it
+    /// reads (smaller, in tests).
+    pub fn with_bounds(deadline: Duration, body_cap: BodyCap, metrics: Arc<Metrics>) -> Self {
         // kube and this client share the process-wide rustls provider.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
@@ -53,7 +82,12 @@ impl Prober {
             .user_agent(concat!("openmed-operator/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("an HTTP client with the default settings builds");
-        Prober { client, deadline }
+        Prober {
+            client,
+            deadline,
+            body_cap,
+            metrics,
+        }
     }
 
     /// Runs every check at once and returns their readings in order; each
@@ -105,7 +139,10 @@ impl Prober {
             Err(e) => return Answer::Failed(failure(e)),
         };
         let status = answer.status().as_u16();
-        let body = answer.json::<Value>().await.unwrap_or(Value::Null);
+        let body = match self.body(answer, Source::Pod).await {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            Err(why) => return Answer::Failed(why),
+        };
         crate::rollout::quality::answer(status, &body)
     }
 
@@ -122,16 +159,70 @@ impl Prober {
             Err(e) => return Reading::Failed(format!("Prometheus at {shown}: {}", failure(e))),
         };
         let status = answer.status();
-        match answer.json::<Value>().await {
+        let bytes = match self.body(answer, Source::Prometheus).await {
+            Ok(bytes) => bytes,
+            Err(why) => return Reading::Failed(format!("Prometheus at {shown}: {why}")),
+        };
+        match serde_json::from_slice::<Value>(&bytes) {
             Ok(body) => prometheus_reading(&body),
             Err(_) => Reading::Failed(format!("Prometheus at {shown} answered {status}")),
         }
     }
 
+    /// An answer's body, read chunk by chunk within [`BodyCap`]. A body
+    /// past the cap is counted and read as nothing at all: a part of an
+    /// answer is not the answer, and an endless one must not hold the
+    /// operator's memory or its worker.
+    async fn body(&self, mut answer: reqwest::Response, source: Source) -> Result<Vec<u8>, String> {
+        let cap = self.body_cap;
+        let cut = |why: String| {
+            self.metrics.body_cut(source.name());
+            format!("answer cut: {why}")
+        };
+        let too_long = || cut(format!("its body is longer than {} bytes", cap.bytes));
+        if answer
+            .content_length()
+            .is_some_and(|declared| declared > cap.bytes as u64)
+        {
+            return Err(too_long());
+        }
+        let until = tokio::time::Instant::now() + cap.time;
+        let mut body = Vec::new();
+        loop {
+            match tokio::time::timeout_at(until, answer.chunk()).await {
+                Err(_) => return Err(cut(format!("its body was not whole within {:?}", cap.time))),
+                Ok(Err(e)) => return Err(failure(e)),
+                Ok(Ok(None)) => return Ok(body),
+                Ok(Ok(Some(chunk))) if body.len() + chunk.len() > cap.bytes => {
+                    return Err(too_long());
+                }
+                Ok(Ok(Some(chunk))) => body.extend_from_slice(&chunk),
+            }
+        }
+    }
+
+    /// A webhook's answer is its status: its body is never read.
     async fn post(&self, url: &Url, body: &Value) -> Reading {
         match self.client.post(url.clone()).json(body).send().await {
             Ok(answer) => Reading::Answer(answer.status().as_u16()),
             Err(e) => Reading::Failed(failure(e)),
+        }
+    }
+}
+
+/// Where an answer whose body was read came from: the label of the
+/// cut-bodies metric, one fixed name per kind of endpoint.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Prometheus,
+    Pod,
+}
+
+impl Source {
+    fn name(self) -> &'static str {
+        match self {
+            Source::Prometheus => "prometheus",
+            Source::Pod => "pod",
         }
     }
 }
@@ -148,12 +239,6 @@ fn failure(e: reqwest::Error) -> String {
         cause = c.source();
     }
     text
-}
-
-impl Default for Prober {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 /// Reads an instant query's answer: one sample, none, several, or why not.
@@ -203,7 +288,6 @@ mod tests {
 
     use std::convert::Infallible;
     use std::net::SocketAddr;
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use bytes::Bytes;
@@ -276,7 +360,7 @@ mod tests {
                 body: json!({}),
             },
         ];
-        let readings = Prober::new().measure(&checks).await;
+        let readings = Prober::new(Arc::default()).measure(&checks).await;
         assert_eq!(asked.load(Ordering::SeqCst), 2);
         assert_eq!(reached.load(Ordering::SeqCst), 0, "{readings:?}");
         assert_eq!(
@@ -319,7 +403,7 @@ mod tests {
                 query: "up".into(),
             },
         ];
-        let prober = Prober::with_deadline(Duration::from_millis(300));
+        let prober = Prober::with_bounds(Duration::from_millis(300), BODY_CAP, Arc::default());
         // A guard against hanging the test run, not a measurement: the
         // webhook alone would hold measure for a day.
         let readings = tokio::time::timeout(Duration::from_secs(120), prober.measure(&checks))
@@ -358,7 +442,7 @@ mod tests {
                 body: json!({}),
             },
         ];
-        for m in Prober::new().measure(&checks).await {
+        for m in Prober::new(Arc::default()).measure(&checks).await {
             let Reading::Failed(why) = &m.reading else {
                 panic!("{m:?}")
             };
@@ -366,6 +450,205 @@ mod tests {
                 assert!(!why.contains(secret), "{secret} in {why:?}");
             }
         }
+    }
+
+    /// How a test server sends the body of its answer.
+    #[derive(Clone, Copy)]
+    enum Shape {
+        /// `json`, padded with spaces to `padded` bytes, with its length.
+        Oversized { padded: usize },
+        /// A chunked body that never ends. After `quiet_after` bytes it
+        /// goes quiet, still unfinished: a reader without a size cap waits
+        /// out its timeout then, instead of filling the machine's memory.
+        Endless { quiet_after: usize },
+        /// `json` with its length, one byte every `every`.
+        Trickle { every: Duration },
+    }
+
+    /// An HTTP server on 127.0.0.1 that answers every request 200 with
+    /// `json` sent in `shape`, and keeps each connection until the client
+    /// leaves.
+    async fn serve_body(json: &'static str, shape: Shape) -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let head = |framing: String| {
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{framing}\r\n\r\n"
+                        )
+                    };
+                    let sent: std::io::Result<()> = async {
+                        match shape {
+                            Shape::Oversized { padded } => {
+                                let mut body = json.as_bytes().to_vec();
+                                body.resize(padded, b' ');
+                                let framing = format!("content-length: {}", body.len());
+                                stream.write_all(head(framing).as_bytes()).await?;
+                                stream.write_all(&body).await?;
+                            }
+                            Shape::Endless { quiet_after } => {
+                                let framing = "transfer-encoding: chunked".to_owned();
+                                stream.write_all(head(framing).as_bytes()).await?;
+                                let chunk = format!("{:x}\r\n{}\r\n", 4096, " ".repeat(4096));
+                                for _ in 0..quiet_after.div_ceil(4096) {
+                                    stream.write_all(chunk.as_bytes()).await?;
+                                }
+                            }
+                            Shape::Trickle { every } => {
+                                let framing = format!("content-length: {}", json.len());
+                                stream.write_all(head(framing).as_bytes()).await?;
+                                for byte in json.as_bytes() {
+                                    stream.write_all(&[*byte]).await?;
+                                    stream.flush().await?;
+                                    tokio::time::sleep(every).await;
+                                }
+                            }
+                        }
+                        stream.flush().await
+                    }
+                    .await;
+                    if sent.is_ok() {
+                        // Until the client hangs up: closing with its
+                        // request unread could reset the connection.
+                        while let Ok(n) = stream.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// The three ways an answer outgrows [`TEST_CAP`], and what its
+    /// failure says (an endless body may be cut for either reason).
+    fn too_much() -> [(Shape, &'static str); 3] {
+        [
+            (
+                Shape::Oversized {
+                    padded: 16 * TEST_CAP.bytes,
+                },
+                "answer cut: its body is longer than 65536 bytes",
+            ),
+            (
+                Shape::Endless {
+                    quiet_after: 16 * TEST_CAP.bytes,
+                },
+                "answer cut: ",
+            ),
+            (
+                Shape::Trickle {
+                    every: Duration::from_millis(50),
+                },
+                "answer cut: its body was not whole within 250ms",
+            ),
+        ]
+    }
+
+    /// A cap small enough that the tests outgrow it quickly; a trickle of
+    /// one byte in 50 ms sends a short answer in seconds, not 250 ms.
+    const TEST_CAP: BodyCap = BodyCap {
+        bytes: 64 * 1024,
+        time: Duration::from_millis(250),
+    };
+
+    /// The count of cut bodies from `source`, as the metrics endpoint shows it.
+    fn cut(metrics: &Metrics, source: &str) -> u64 {
+        let series = format!("openmed_operator_response_bodies_cut_total{{source=\"{source}\"}} ");
+        metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()).map(|n| n.parse().unwrap()))
+            .unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn prometheus_answers_past_the_body_cap_read_as_failed_and_are_counted() {
+        const ANSWER: &str =
+            r#"{"status":"success","data":{"resultType":"scalar","result":[1,"0.5"]}}"#;
+        let metrics = Arc::new(Metrics::default());
+        let prober = Prober::with_bounds(MEASURE_DEADLINE, TEST_CAP, metrics.clone());
+        let mut checks = Vec::new();
+        for (shape, _) in too_much() {
+            let server = serve_body(ANSWER, shape).await;
+            checks.push(Check::Prometheus {
+                name: "error-rate".into(),
+                url: url(&format!("http://{server}/api/v1/query")),
+                query: "up".into(),
+            });
+        }
+        // A guard against hanging the test run, not a measurement.
+        let readings = tokio::time::timeout(Duration::from_secs(120), prober.measure(&checks))
+            .await
+            .expect("measure returned");
+        for ((_, said), m) in too_much().iter().zip(&readings) {
+            let Reading::Failed(why) = &m.reading else {
+                panic!("an answer past the cap is no data: {m:?}")
+            };
+            assert!(why.contains(said), "{why}");
+        }
+        assert_eq!(cut(&metrics, "prometheus"), 3);
+        assert_eq!(cut(&metrics, "pod"), 0);
+    }
+
+    #[tokio::test]
+    async fn pod_answers_past_the_body_cap_are_failed_answers_and_are_counted() {
+        let metrics = Arc::new(Metrics::default());
+        let prober = Prober::with_bounds(MEASURE_DEADLINE, TEST_CAP, metrics.clone());
+        for (shape, said) in too_much() {
+            let server = serve_body(r#"{"entities":[]}"#, shape).await;
+            let (to, body) = (
+                format!("http://{server}/pii/extract"),
+                json!({"text": "probe"}),
+            );
+            let asked = prober.extract(&to, None, &body, Duration::from_secs(10));
+            // A guard against hanging the test run, not a measurement.
+            let answer = tokio::time::timeout(Duration::from_secs(120), asked)
+                .await
+                .expect("extract returned");
+            let Answer::Failed(why) = &answer else {
+                panic!("an answer past the cap is no answer: {answer:?}")
+            };
+            assert!(why.starts_with(said), "{why}");
+        }
+        assert_eq!(cut(&metrics, "pod"), 3);
+        assert_eq!(cut(&metrics, "prometheus"), 0);
+    }
+
+    #[tokio::test]
+    async fn answers_within_the_body_cap_are_read_whole() {
+        const ANSWER: &str =
+            r#"{"status":"success","data":{"resultType":"scalar","result":[1,"0.5"]}}"#;
+        let metrics = Arc::new(Metrics::default());
+        let prober = Prober::with_bounds(MEASURE_DEADLINE, TEST_CAP, metrics.clone());
+        let padded = serve_body(
+            ANSWER,
+            Shape::Oversized {
+                padded: TEST_CAP.bytes,
+            },
+        )
+        .await;
+        let checks = [Check::Prometheus {
+            name: "error-rate".into(),
+            url: url(&format!("http://{padded}/api/v1/query")),
+            query: "up".into(),
+        }];
+        let readings = prober.measure(&checks).await;
+        assert_eq!(readings[0].reading, Reading::Sample(0.5));
+        assert_eq!(cut(&metrics, "prometheus"), 0);
     }
 
     fn vector(samples: &[&str]) -> Value {
