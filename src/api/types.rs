@@ -199,8 +199,9 @@ pub struct RolloutStrategy {
     /// progressDeadlineSeconds, when a pod of the new template keeps
     /// crashing (a model that cannot load ends the service before it is
     /// ready, and the kubelet restarts it with a growing back-off). Default:
-    /// on, after 2 restarts. The failure quotes the container's termination
-    /// message either way.
+    /// on, after 2 restarts. Either way the failure quotes the service's own
+    /// start-up error from the container's termination message, and no
+    /// other line of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_fast: Option<FailFast>,
 }
