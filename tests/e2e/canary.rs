@@ -50,6 +50,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "canary::an_analysis_endpoint_not_allowed_is_never_asked",
             an_analysis_endpoint_not_allowed_is_never_asked,
         ),
+        (
+            "canary::an_analysis_endpoint_that_never_answers_aborts_the_canary",
+            an_analysis_endpoint_that_never_answers_aborts_the_canary,
+        ),
         trial(
             "canary::a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered",
             a_route_rewritten_by_another_writer_pauses_and_is_not_clobbered,
@@ -743,7 +747,11 @@ fn an_analysis_endpoint_not_allowed_is_never_asked() {
             "{}",
             c.message
         );
-        assert_eq!(route_state(&env).await.0, (90, 10), "the step holds");
+        assert_eq!(
+            route_state(&env).await.0,
+            (100, 0),
+            "held with no traffic: nothing can judge the model"
+        );
         env.wait_event("svc", "AnalysisEndpointNotAllowed").await;
         let events = env.events("svc").await;
         assert!(
@@ -755,6 +763,71 @@ fn an_analysis_endpoint_not_allowed_is_never_asked() {
             0,
             "nothing was sent"
         );
+        env.finish().await;
+    });
+}
+
+/// A webhook on loopback that accepts connections and never answers; it
+/// lets them go after two minutes, so nothing outlives the test.
+async fn silent_webhook() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let until = tokio::time::Instant::now() + Duration::from_secs(120);
+        let mut held = Vec::new();
+        while let Ok(Ok((stream, _))) = tokio::time::timeout_at(until, listener.accept()).await {
+            held.push(stream);
+        }
+    });
+    address
+}
+
+fn an_analysis_endpoint_that_never_answers_aborts_the_canary() {
+    block_on(async {
+        let webhook = silent_webhook().await;
+        let analysis = format!(
+            "    analysis:
+      interval: 1s
+      webhooks:
+      - name: silent
+        url: {webhook}/hook
+        timeout: 1s
+"
+        );
+        let (env, _) = stage(
+            "canary-silent",
+            "[{weight: 10, pause: 10m}]",
+            &analysis,
+            &[&webhook],
+        )
+        .await;
+        env.set_spec("svc", json!({"version": env.version("v2")}))
+            .await;
+        let s = env
+            .wait_status(
+                "svc",
+                "the canary to abort on a webhook that never answers",
+                |s| {
+                    s.canary
+                        .as_ref()
+                        .is_some_and(|c| c.state == CanaryState::Aborted)
+                },
+            )
+            .await;
+        let c = s.canary.unwrap();
+        assert!(
+            c.message.contains("no answer 4 rounds in a row"),
+            "{}",
+            c.message
+        );
+        assert_eq!(c.failures, 0, "no answer is no failure");
+        env.wait_status("svc", "the weights back", |s| {
+            s.canary
+                .as_ref()
+                .is_some_and(|c| c.weights_back_time.is_some())
+        })
+        .await;
+        assert_eq!(route_state(&env).await.0, (100, 0));
         env.finish().await;
     });
 }
