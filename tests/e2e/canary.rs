@@ -50,7 +50,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "canary::an_analysis_endpoint_not_allowed_is_never_asked",
             an_analysis_endpoint_not_allowed_is_never_asked,
         ),
-        (
+        trial(
             "canary::an_analysis_endpoint_that_never_answers_aborts_the_canary",
             an_analysis_endpoint_that_never_answers_aborts_the_canary,
         ),
