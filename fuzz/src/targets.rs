@@ -82,6 +82,7 @@ pub fn stored_object(data: &[u8]) {
             canary_target: target,
             route: None,
             measurements: &[],
+            probes: &[],
             autoscaled: false,
             rivals: &[],
             claimed: &[],

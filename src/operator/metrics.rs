@@ -273,8 +273,9 @@ impl Metrics {
         }
     }
 
-    /// Counts one pod judged (`passed`, `failed`) or not (`inconclusive`).
-    pub fn quality_judged(&self, outcome: &'static str) {
+    /// Counts one pod judged (`passed`, `failed`) or not (`inconclusive`),
+    /// as the gate's Events tell it.
+    fn quality_judged(&self, outcome: &'static str) {
         self.quality_marks
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
@@ -345,6 +346,9 @@ impl Metrics {
             reason::ROUTE_DRIFT => {
                 self.route_drift.inc();
             }
+            reason::QUALITY_GATE_PASSED => self.quality_judged("passed"),
+            reason::QUALITY_GATE_FAILED => self.quality_judged("failed"),
+            reason::QUALITY_GATE_INCONCLUSIVE => self.quality_judged("inconclusive"),
             _ => {}
         }
     }

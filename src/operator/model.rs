@@ -110,6 +110,7 @@ mod tests {
                 canary_target: None,
                 route: None,
                 measurements: &[],
+                probes: &[],
                 autoscaled: false,
                 rivals: &[],
                 claimed: &[],

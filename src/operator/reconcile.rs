@@ -42,6 +42,7 @@ use crate::api::names::{
     FIELD_MANAGER, FINALIZER, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
     REPLICAS_HANDOVER_FIELD_MANAGER,
 };
+use crate::api::quality::QUALITY_CONDITION;
 use crate::api::{API_VERSION, KIND, OpenMedModelStatus};
 use crate::rollout::{self, Decision, Observed, ResourceView, Rival, Settings, Write};
 
@@ -337,12 +338,17 @@ struct Fresh {
     /// HTTPRoutes are never cached: a canary judges its weights on what
     /// the API server holds now.
     routes: HashMap<String, Option<serde_json::Value>>,
+    /// Pods as the quality gate's marks left them (`None`: gone).
+    pods: HashMap<String, Option<rollout::pods::PodView>>,
 }
 
 impl Fresh {
     /// Whether nothing was read live.
     fn is_empty(&self) -> bool {
-        self.deployments.is_empty() && self.config_maps.is_empty() && self.routes.is_empty()
+        self.deployments.is_empty()
+            && self.config_maps.is_empty()
+            && self.routes.is_empty()
+            && self.pods.is_empty()
     }
 
     /// Reads live every object a decision about `view` looks at.
@@ -541,25 +547,24 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
     let mut fresh = Fresh::default();
     let mut refreshes = 0;
     let mut last_writes = String::new();
-    let (probes, endpoints): (Vec<_>, Vec<_>) = checks
+    // Probes are planned from the world, below; the rest are endpoints.
+    let endpoints: Vec<_> = checks
         .into_iter()
-        .partition(|c| matches!(c, rollout::analysis::Check::Probes { .. }));
-    let mut measurements = if endpoints.is_empty() {
-        Vec::new()
-    } else {
-        ctx.prober.measure(&endpoints).await
-    };
-    for check in &probes {
-        measurements.push(super::quality::measure_canary(&current, ctx, check).await);
-    }
-    // The quality gate judges the pods that await it, before the decisions
-    // that read their marks.
-    let judge_again = super::quality::judge_pods(&current, ctx).await;
+        .filter(|c| !matches!(c, rollout::analysis::Check::Probes { .. }))
+        .collect();
+    let mut observed: Option<Measured> = None;
     for pass in 0..MAX_PASSES {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        let decision = decide(&view, &world, &measurements, &ctx.settings, now.clone());
+        // Measured once, before the first decision: the decisions of
+        // this reconcile judge the same answers.
+        let measured = match observed.take() {
+            Some(measured) => measured,
+            None => measure(ctx, &view, &world, &endpoints, &now).await,
+        };
+        let measured = &*observed.insert(measured);
+        let decision = decide(&view, &world, measured, &ctx.settings, now.clone());
         // No read before a write: the caches, with the operator's own
         // recent writes laid over them, are as new as anything this
         // operator did, and every write carries a precondition (the
@@ -582,7 +587,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
             after_status = rest;
             let (stored, early_written) = tokio::join!(
                 write_status(&models, &current, &status, ctx),
-                execute(early, &namespace, ctx, &world, &mut fresh),
+                execute(early, &namespace, ctx, &world, &mut fresh, &now),
             );
             alongside = early_written;
             match stored {
@@ -611,8 +616,7 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
                 && status == view.status
                 && decision.events.is_empty()
                 && decision.requeue_after.is_none()
-                && judge_again.is_none()
-                && measurements.is_empty()
+                && measured.is_empty()
                 && fresh.is_empty()
                 && !ctx.written.holds_any_in(&namespace);
             ctx.settled.record(&key, at_rest.then_some(inputs), |key| {
@@ -622,11 +626,9 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
                     .is_some()
             });
             record_events(ctx, &current, &decision).await;
-            let resync = ctx.resync;
-            let after = [decision.requeue_after, judge_again]
-                .into_iter()
-                .flatten()
-                .fold(resync, Duration::min);
+            let after = decision
+                .requeue_after
+                .map_or(ctx.resync, |d| d.min(ctx.resync));
             return Ok(Action::requeue(after));
         }
         last_writes = describe(&decision.writes);
@@ -634,10 +636,18 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         // not on the path from a change to its writes. They are recorded
         // whatever the writes' outcome (the status already holds it).
         let written = match alongside {
-            Ok(()) => execute(after_status, &namespace, ctx, &world, &mut fresh).await,
+            Ok(()) => execute(after_status, &namespace, ctx, &world, &mut fresh, &now).await,
             failed => failed,
         };
         record_events(ctx, &current, &decision).await;
+        if written.is_ok()
+            && let Some(measured) = observed.as_mut()
+        {
+            // The probe answers were judged by a decision now carried out:
+            // the pods' marks are written and the Events told. The next
+            // decisions judge the pods as those marks left them.
+            measured.probes.clear();
+        }
         match written {
             // A precondition refused a write: what it was decided on has
             // changed. Decide again on live reads.
@@ -691,17 +701,20 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
         .into_iter()
         .filter(|c| c.name() == rollout::drain::CHECK_NAME)
         .collect();
-    let measurements = if drain.is_empty() {
-        Vec::new()
-    } else {
-        ctx.prober.measure(&drain).await
+    let measured = Measured {
+        readings: if drain.is_empty() {
+            Vec::new()
+        } else {
+            ctx.prober.measure(&drain).await
+        },
+        probes: Vec::new(),
     };
     let mut last_writes = String::new();
     for _ in 0..MAX_PASSES {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        let decision = decide(&view, &world, &measurements, &ctx.settings, now.clone());
+        let decision = decide(&view, &world, &measured, &ctx.settings, now.clone());
         record_events(ctx, &current, &decision).await;
         if decision.finished {
             remove_finalizer(api, &current).await?;
@@ -724,7 +737,7 @@ async fn cleanup(obj: &RawModel, ctx: &Context, api: &Api<RawModel>) -> Result<A
             return Ok(Action::requeue(wait));
         }
         last_writes = describe(&decision.writes);
-        execute(&decision.writes, &namespace, ctx, &world, &mut fresh).await?;
+        execute(&decision.writes, &namespace, ctx, &world, &mut fresh, &now).await?;
     }
     Err(Error::NotConverged(last_writes))
 }
@@ -758,15 +771,61 @@ fn describe(writes: &[Write]) -> String {
                 format!("hand over replicas of Deployment {name}")
             }
             Write::ApplyDeployment { name, .. } => format!("apply Deployment {name}"),
+            Write::MarkPod { name, .. } => format!("mark pod {name}"),
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
+/// What the shell measured for the decisions of one reconcile: the
+/// analysis readings and the probe rounds, taken together.
+#[derive(Default)]
+struct Measured {
+    readings: Vec<rollout::analysis::Measurement>,
+    probes: Vec<rollout::quality::ProbeRound>,
+}
+
+impl Measured {
+    /// Nothing was measured.
+    fn is_empty(&self) -> bool {
+        self.readings.is_empty() && self.probes.is_empty()
+    }
+}
+
+/// Takes the readings of `endpoints` and the probe rounds the core plans
+/// for `view`, at once.
+async fn measure(
+    ctx: &Context,
+    view: &ResourceView,
+    world: &World,
+    endpoints: &[rollout::analysis::Check],
+    now: &Time,
+) -> Measured {
+    let plans =
+        rollout::quality::probe_plan(view, world.target.as_ref(), &world.pods, &ctx.settings, now);
+    let (readings, probes) = tokio::join!(
+        async {
+            if endpoints.is_empty() {
+                Vec::new()
+            } else {
+                ctx.prober.measure(endpoints).await
+            }
+        },
+        super::quality::gather(
+            &ctx.client,
+            &view.namespace,
+            &ctx.prober,
+            &ctx.metrics,
+            plans,
+        ),
+    );
+    Measured { readings, probes }
+}
+
 fn decide(
     view: &ResourceView,
     world: &World,
-    measurements: &[rollout::analysis::Measurement],
+    measured: &Measured,
     settings: &Settings,
     now: Time,
 ) -> Decision {
@@ -777,7 +836,8 @@ fn decide(
         target: world.target.as_ref(),
         canary_target: world.canary_target.as_ref(),
         route: world.route.as_ref(),
-        measurements,
+        measurements: &measured.readings,
+        probes: &measured.probes,
         autoscaled: world.autoscaled,
         rivals: &world.rivals,
         claimed: &claimed,
@@ -955,12 +1015,14 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
     snapshot_uses.sort();
     snapshot_uses.dedup();
 
-    let pods: Vec<rollout::pods::PodView> = ctx
+    let mut pods: Vec<rollout::pods::PodView> = ctx
         .pods
         .in_namespace(namespace)
         .iter()
         .map(|p| rollout::pods::PodView::of(p))
+        .filter(|p| !fresh.pods.contains_key(&p.name))
         .collect();
+    pods.extend(fresh.pods.values().flatten().cloned());
 
     Ok(World {
         target,
@@ -1055,6 +1117,7 @@ async fn execute(
     ctx: &Context,
     world: &World,
     fresh: &mut Fresh,
+    now: &Time,
 ) -> Result<(), Error> {
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let mut seen = Seen::of(world);
@@ -1156,6 +1219,36 @@ async fn execute(
                     // Another manager set another value meanwhile and owns
                     // the field: nothing is left to hand over.
                     Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Write::MarkPod {
+                name,
+                passed,
+                reason,
+                message,
+            } => {
+                let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+                let patch = serde_json::json!({"status": {"conditions": [{
+                    "type": QUALITY_CONDITION,
+                    "status": if *passed { "True" } else { "False" },
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": now,
+                }]}});
+                ctx.metrics.wrote("pods/status", "patch");
+                let marked = api
+                    .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+                    .await;
+                match marked {
+                    Ok(stored) => {
+                        let view = rollout::pods::PodView::of(&stored);
+                        fresh.pods.insert(name.clone(), Some(view));
+                    }
+                    // Gone meanwhile: nothing is left to judge.
+                    Err(kube::Error::Api(s)) if s.code == 404 => {
+                        fresh.pods.insert(name.clone(), None);
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }

@@ -29,8 +29,8 @@ pub enum Check {
         query: String,
     },
     /// The probe set sent to the canary's ready pods (and one stable pod
-    /// with `notWorseThanStable`); the shell finds the pods
-    /// ([`super::quality::canary_probes`]).
+    /// with `notWorseThanStable`): not an endpoint the shell asks, but a
+    /// probe round [`super::quality::probe_plan`] plans.
     Probes {
         /// The gate's fields.
         gate: crate::api::QualityGate,
@@ -77,8 +77,8 @@ pub enum Reading {
     /// No usable answer: a connection error, a timeout, an HTTP or
     /// Prometheus error.
     Failed(String),
-    /// The probes' verdict over the canary's pods, already judged
-    /// ([`super::quality::judge_round`]).
+    /// The probes' verdict over the canary's pods, judged from the
+    /// round's answers ([`super::quality::canary_reading`]).
     Judged(Outcome, String),
 }
 

@@ -94,6 +94,10 @@ pub struct Observed<'a> {
     /// The readings of the checks [`analysis_checks`] asked for, taken
     /// just before this decision; empty when none were due.
     pub measurements: &'a [analysis::Measurement],
+    /// The probe rounds [`quality::probe_plan`] asked for, carried out
+    /// just before this decision; empty when none were due, and once a
+    /// decision made on them has been carried out.
+    pub probes: &'a [quality::ProbeRound],
     /// Pods with the snapshot label in the resource's namespace (the
     /// operator watches no others): how the new template's pods fare.
     pub pods: &'a [pods::PodView],
@@ -202,6 +206,21 @@ pub enum Write {
         name: String,
         /// Its `spec.replicas` as observed.
         replicas: i32,
+    },
+    /// The quality gate's condition on a pod it judged
+    /// ([`QUALITY_CONDITION`]), set with a strategic merge on the pod's
+    /// `status.conditions` (keyed by type), its time the decision's.
+    ///
+    /// [`QUALITY_CONDITION`]: crate::api::quality::QUALITY_CONDITION
+    MarkPod {
+        /// The pod's name.
+        name: String,
+        /// `True`: the pod passed; `False`: it failed.
+        passed: bool,
+        /// `QualityGatePassed` or `QualityGateFailed`.
+        reason: &'static str,
+        /// The figures, and what missed.
+        message: String,
     },
     /// Server-side apply of the owned fields of a Deployment.
     ApplyDeployment {
@@ -421,11 +440,20 @@ enum Mode {
 
 /// Decides what to do about one OpenMedModel.
 pub fn decide(obs: &Observed) -> Decision {
+    // The canary's probes, carried out by the shell, are one more reading
+    // of the step's analysis.
+    let mut measurements = obs.measurements.to_vec();
+    measurements.extend(quality::canary_reading(obs.probes));
+    let obs = &Observed {
+        measurements: &measurements,
+        ..obs.clone()
+    };
     let mut step = Step::new(obs);
     if obs.resource.deleting {
         step.release_everything();
     } else {
         step.reconcile();
+        step.judge_quality();
     }
     step.finish()
 }
@@ -1278,6 +1306,28 @@ impl<'a> Step<'a> {
             })?
         };
         crash.or_else(quality)
+    }
+
+    /// The quality gate's verdicts on the pods its rounds measured: a
+    /// mark to write on each pod judged, an Event for each, and a look
+    /// again while a pod still awaits judgement.
+    fn judge_quality(&mut self) {
+        let owner = self.obs.resource.key();
+        let judged = quality::judge_gate(self.obs.probes, self.obs.pods, &owner);
+        self.events.extend(judged.events);
+        if quality::gate_of(self.obs.resource).is_some()
+            && quality::awaiting(self.obs.pods, &owner, &judged.marks)
+        {
+            let retry = Duration::from_secs(quality::RETRY_SECONDS);
+            self.requeue_after = Some(self.requeue_after.map_or(retry, |d| d.min(retry)));
+        }
+        self.writes
+            .extend(judged.marks.into_iter().map(|mark| Write::MarkPod {
+                name: mark.pod,
+                passed: mark.passed,
+                reason: mark.reason,
+                message: mark.message,
+            }));
     }
 
     /// What a failing pod of the rollout said last.

@@ -4,15 +4,19 @@
 //! A pod whose template carries the readiness gate `openmed.ai/model-quality`
 //! is never Ready, so never in a Service's endpoints, until the operator
 //! sets that condition. Once its containers are ready (the model is warm)
-//! the shell sends each text of the probe set once to the pod's own
-//! `POST /pii/extract` ([`probes_due`]), hands the answers to [`score`],
-//! and writes the condition [`mark`] gives: True when every label's recall
-//! reaches its bound, False naming the label that missed. A False mark on
-//! a pod of the template being rolled out fails the rollout
-//! ([`failure`]), through the same rollback rules as any failure.
+//! [`probe_plan`] asks the shell to send each text of the probe set once
+//! to the pod's own `POST /pii/extract`; the shell hands the scores back
+//! as an observation ([`ProbeRound`]), and `decide` judges them
+//! ([`judge_gate`]): the pod's mark, True when every label's recall
+//! reaches its bound, False naming the label that missed, is a write of
+//! the decision. A False mark on a pod of the template being rolled out
+//! fails the rollout ([`failure`]), through the same rollback rules as any
+//! failure. The canary's probes analysis is planned and judged the same
+//! way, as one reading ([`canary_reading`]).
 //!
-//! No answer is never a pass: an error or an unreachable pod leaves the
-//! pod unjudged (and not Ready), to be probed again next round.
+//! No answer is never a pass: an error, an unreachable pod or an answer
+//! that did not come in time leaves the pod unjudged (and not Ready), to
+//! be probed again after [`RETRY_SECONDS`].
 //!
 //! Matching, chosen for PHI: an expected entity is found when the model's
 //! entities of the same label cover every one of its non-space characters
@@ -20,12 +24,14 @@
 //! entity is correct when it overlaps an expected one of its label.
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
+use super::analysis::{Check, Measurement, PROBES, Reading};
 use super::pods::PodView;
 use super::resource::ResourceView;
 use crate::api::quality::{ProbeSet, QualityGate, Span};
-use crate::api::{OpenMedModelSpec, validate_spec};
+use crate::api::{OpenMedModelSpec, Outcome, validate_spec};
 use crate::plan::{self, TargetOptions};
 
 /// How long an unjudged pod waits before it is probed again after an
@@ -329,16 +335,169 @@ pub fn answer(status: u16, body: &Value) -> Answer {
     Answer::Found(found)
 }
 
-/// A pod to probe now.
+/// What a probe round is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// The quality gate (`spec.qualityGate`): each pod judged gets its
+    /// mark.
+    Gate,
+    /// The canary's probes analysis (`spec.canary.analysis.probes`): one
+    /// reading over the canary's ready pods.
+    Canary,
+}
+
+/// A pod the shell is to send the probe set to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodProbe {
     /// The pod's name.
     pub pod: String,
     /// Its service endpoint: `http://<podIP>:<port>/pii/extract`.
     pub url: String,
+    /// The Host header to send; `None` sends the pod's address.
+    pub host: Option<String>,
+    /// The version its template serves, named in each request.
+    pub version: String,
     /// A pod of the version being replaced, measured for
     /// `notWorseThanStable`; never marked.
     pub stable: bool,
+}
+
+/// A pod due for probing that cannot be asked, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unasked {
+    /// The pod's name.
+    pub pod: String,
+    /// Why it is not asked.
+    pub why: String,
+    /// A pod of the version being replaced (see [`PodProbe::stable`]).
+    pub stable: bool,
+}
+
+/// One probe round the core asks of the shell: the probe set of `gate`,
+/// sent to each pod of `requests`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundPlan {
+    /// What the answers are for.
+    pub purpose: Purpose,
+    /// The bounds the answers are judged by; its `configMapRef` names the
+    /// probe set to read.
+    pub gate: QualityGate,
+    /// The pods to ask, by name.
+    pub requests: Vec<PodProbe>,
+    /// The pods due that cannot be asked.
+    pub unasked: Vec<Unasked>,
+}
+
+/// A round as the shell carried it out: what `decide` judges.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeRound {
+    /// What was asked.
+    pub plan: RoundPlan,
+    /// The probe set as read, or why it could not be; without one nothing
+    /// is sent.
+    pub set: Result<ProbeSet, String>,
+    /// For each request sent, in order: the pod's scores, or why there
+    /// are none (an answer that did not come in time is none).
+    pub answers: Vec<PodAnswer>,
+}
+
+/// What one pod's round got.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodAnswer {
+    /// The pod's name.
+    pub pod: String,
+    /// Its scores, or why there are none.
+    pub scores: Result<Scores, String>,
+}
+
+/// The probe rounds due for `resource` now: the gate's, when a pod of it
+/// awaits judgement, and the canary's, when its probes analysis is due
+/// ([`super::analysis_checks`]). The shell reads each round's probe set,
+/// sends the requests, and hands the answers to `decide`
+/// ([`super::Observed::probes`]).
+pub fn probe_plan(
+    resource: &ResourceView,
+    target: Option<&Deployment>,
+    pods: &[PodView],
+    settings: &super::Settings,
+    now: &Time,
+) -> Vec<RoundPlan> {
+    let key = resource.key();
+    let container = container_of(resource);
+    let address = match target {
+        Some(target) => service_address(target, &container),
+        None => Err("the target Deployment is not there".to_owned()),
+    };
+    let mut plans = Vec::new();
+    if let Some((gate, _)) = gate_of(resource) {
+        let due = gate_due(&gate, pods, &key);
+        if !due.is_empty() {
+            plans.push(round(resource, Purpose::Gate, gate, &due, &address));
+        }
+    }
+    for check in super::analysis_checks(resource, settings, now) {
+        if let Check::Probes {
+            gate,
+            canary,
+            stable,
+        } = check
+        {
+            let due = canary_due(&gate, pods, &key, &canary, stable.as_deref());
+            plans.push(round(resource, Purpose::Canary, gate, &due, &address));
+        }
+    }
+    plans
+}
+
+/// The port the gate asks at, and the Host it sends, for pods of
+/// `target`'s template; else why the pods cannot be asked.
+fn service_address(target: &Deployment, container: &str) -> Result<(i32, Option<String>), String> {
+    let port = service_port(target, container)
+        .ok_or_else(|| format!("the container {container} declares no port"))?;
+    Ok((port, service_host(target, container)))
+}
+
+/// Each pod due, as a request or as why it cannot be one.
+fn round(
+    resource: &ResourceView,
+    purpose: Purpose,
+    gate: QualityGate,
+    due: &[(&PodView, bool)],
+    address: &Result<(i32, Option<String>), String>,
+) -> RoundPlan {
+    let mut requests = Vec::new();
+    let mut unasked = Vec::new();
+    for &(pod, stable) in due {
+        let version = pod
+            .snapshot
+            .as_deref()
+            .and_then(|s| version_of(resource, s));
+        let asked = match (address, version) {
+            (Err(why), _) => Err(why.clone()),
+            (_, None) => Err("its template's version is not one this resource knows".to_owned()),
+            (Ok((port, host)), Some(version)) => Ok(PodProbe {
+                pod: pod.name.clone(),
+                url: endpoint(pod.ip.as_deref().unwrap_or_default(), *port),
+                host: host.clone(),
+                version,
+                stable,
+            }),
+        };
+        match asked {
+            Ok(probe) => requests.push(probe),
+            Err(why) => unasked.push(Unasked {
+                pod: pod.name.clone(),
+                why,
+                stable,
+            }),
+        }
+    }
+    RoundPlan {
+        purpose,
+        gate,
+        requests,
+        unasked,
+    }
 }
 
 /// The port the gate probes: the container's port named `http`, else its
@@ -394,33 +553,26 @@ fn endpoint(ip: &str, port: i32) -> String {
 }
 
 /// The pods of `owner` (`<namespace>/<name>`, the pods' ownership
-/// annotation) to probe now: every gated pod whose model is warm and not
-/// yet judged, by name; and, with `notWorseThanStable`, one judged or
-/// ungated ready pod of another template to compare with.
-pub fn probes_due(gate: &QualityGate, pods: &[PodView], owner: &str, port: i32) -> Vec<PodProbe> {
+/// annotation) the gate is to probe now, by name: every gated pod whose
+/// model is warm and not yet judged; and, with `notWorseThanStable`, one
+/// judged or ungated ready pod of another template to compare with
+/// (`true`). None when no pod awaits judgement.
+fn gate_due<'p>(gate: &QualityGate, pods: &'p [PodView], owner: &str) -> Vec<(&'p PodView, bool)> {
     let mine: Vec<&PodView> = pods
         .iter()
         .filter(|p| p.owner.as_deref() == Some(owner) && !p.terminating && p.ip.is_some())
         .collect();
-    let mut due: Vec<PodProbe> = mine
+    let mut due: Vec<(&PodView, bool)> = mine
         .iter()
         .filter(|p| p.awaits_judgement())
-        .map(|p| PodProbe {
-            pod: p.name.clone(),
-            url: endpoint(p.ip.as_deref().unwrap_or_default(), port),
-            stable: false,
-        })
+        .map(|p| (*p, false))
         .collect();
-    due.sort_by(|a, b| a.pod.cmp(&b.pod));
+    due.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     if gate.not_worse_than_stable && !due.is_empty() {
-        let judged: Vec<&str> = due.iter().map(|d| d.pod.as_str()).collect();
-        let new_templates: Vec<&Option<String>> = mine
+        let new_templates: Vec<&Option<String>> = due.iter().map(|(p, _)| &p.snapshot).collect();
+        let mut stable: Vec<&PodView> = mine
             .iter()
-            .filter(|p| judged.contains(&p.name.as_str()))
-            .map(|p| &p.snapshot)
-            .collect();
-        let mut stable: Vec<&&PodView> = mine
-            .iter()
+            .copied()
             .filter(|p| {
                 p.containers_ready
                     && !new_templates.contains(&&p.snapshot)
@@ -430,27 +582,22 @@ pub fn probes_due(gate: &QualityGate, pods: &[PodView], owner: &str, port: i32) 
             .collect();
         stable.sort_by(|a, b| a.name.cmp(&b.name));
         if let Some(p) = stable.first() {
-            due.push(PodProbe {
-                pod: p.name.clone(),
-                url: endpoint(p.ip.as_deref().unwrap_or_default(), port),
-                stable: true,
-            });
+            due.push((p, true));
         }
     }
     due
 }
 
-/// A canary's probes this round: every ready pod of the canary template
-/// of `owner`, by name, and with `notWorseThanStable` one ready pod of
-/// the stable template.
-pub fn canary_probes(
+/// A canary's pods to probe this round: every ready pod of the canary
+/// template of `owner`, by name, and with `notWorseThanStable` one ready
+/// pod of the stable template.
+fn canary_due<'p>(
     gate: &QualityGate,
-    pods: &[PodView],
+    pods: &'p [PodView],
     owner: &str,
     canary: &str,
     stable: Option<&str>,
-    port: i32,
-) -> Vec<PodProbe> {
+) -> Vec<(&'p PodView, bool)> {
     let ready = |snapshot: &str| {
         let mut found: Vec<&PodView> = pods
             .iter()
@@ -465,52 +612,72 @@ pub fn canary_probes(
         found.sort_by(|a, b| a.name.cmp(&b.name));
         found
     };
-    let probe = |p: &PodView, stable: bool| PodProbe {
-        pod: p.name.clone(),
-        url: endpoint(p.ip.as_deref().unwrap_or_default(), port),
-        stable,
-    };
-    let mut due: Vec<PodProbe> = ready(canary).into_iter().map(|p| probe(p, false)).collect();
+    let mut due: Vec<(&PodView, bool)> = ready(canary).into_iter().map(|p| (p, false)).collect();
     if gate.not_worse_than_stable
         && let Some(p) = stable.and_then(|s| ready(s).into_iter().next())
     {
-        due.push(probe(p, true));
+        due.push((p, true));
     }
     due
+}
+
+/// The scores of the round's stable pod, when it answered.
+fn stable_scores(round: &ProbeRound) -> Option<&Scores> {
+    let stable: Vec<&str> = round
+        .plan
+        .requests
+        .iter()
+        .filter(|r| r.stable)
+        .map(|r| r.pod.as_str())
+        .collect();
+    round
+        .answers
+        .iter()
+        .filter(|a| stable.contains(&a.pod.as_str()))
+        .find_map(|a| a.scores.as_ref().ok())
+}
+
+/// The answers of the pods a round judges (not the stable one).
+fn judged_answers(round: &ProbeRound) -> impl Iterator<Item = &PodAnswer> {
+    round.answers.iter().filter(|a| {
+        round
+            .plan
+            .requests
+            .iter()
+            .any(|r| r.pod == a.pod && !r.stable)
+    })
 }
 
 /// A canary round's outcome over its pods' scores: no ready canary pod or
 /// a pod without a usable answer is inconclusive; any pod below a bound
 /// fails; else it passes. Figures only.
-pub fn judge_round(
-    gate: &QualityGate,
-    set: &ProbeSet,
-    rounds: &[(PodProbe, Result<Scores, String>)],
-) -> (crate::api::Outcome, String) {
-    use crate::api::Outcome;
-    let stable = rounds
-        .iter()
-        .find(|(p, _)| p.stable)
-        .and_then(|(_, r)| r.as_ref().ok());
-    let canary: Vec<&(PodProbe, Result<Scores, String>)> =
-        rounds.iter().filter(|(p, _)| !p.stable).collect();
+fn judge_round(round: &ProbeRound, set: &ProbeSet) -> (Outcome, String) {
+    let gate = &round.plan.gate;
+    let stable = stable_scores(round);
+    if let Some(u) = round.plan.unasked.iter().find(|u| !u.stable) {
+        return (
+            Outcome::Inconclusive,
+            format!("pod {}: no judgement: {}", u.pod, u.why),
+        );
+    }
+    let canary: Vec<&PodAnswer> = judged_answers(round).collect();
     if canary.is_empty() {
         return (Outcome::Inconclusive, "no ready canary pod to probe".into());
     }
     let mut passed = None;
-    for (probe, scores) in &canary {
-        match scores {
+    for answer in &canary {
+        match &answer.scores {
             Err(why) => {
                 return (
                     Outcome::Inconclusive,
-                    format!("pod {}: no judgement: {why}", probe.pod),
+                    format!("pod {}: no judgement: {why}", answer.pod),
                 );
             }
             Ok(scores) => match judge(gate, set, scores, stable) {
                 fail @ Verdict::Fail { .. } => {
                     return (
                         Outcome::Fail,
-                        format!("pod {}: {}", probe.pod, fail.message()),
+                        format!("pod {}: {}", answer.pod, fail.message()),
                     );
                 }
                 Verdict::Pass { summary } => {
@@ -524,6 +691,108 @@ pub fn judge_round(
         Outcome::Pass,
         format!("{} canary pod(s) passed: {summary}", canary.len()),
     )
+}
+
+/// The canary's probes reading, when its round was carried out: it joins
+/// the other analysis readings of the step.
+pub fn canary_reading(rounds: &[ProbeRound]) -> Option<Measurement> {
+    let round = rounds.iter().find(|r| r.plan.purpose == Purpose::Canary)?;
+    let reading = match &round.set {
+        Err(why) => Reading::Failed(format!("the probe set cannot be read: {why}")),
+        Ok(set) => {
+            let (outcome, message) = judge_round(round, set);
+            Reading::Judged(outcome, message)
+        }
+    };
+    Some(Measurement {
+        name: PROBES.to_owned(),
+        reading,
+    })
+}
+
+/// What the gate's rounds decide: the marks to write on the pods judged,
+/// and what to tell of each (figures only).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Judgement {
+    /// One per pod judged.
+    pub marks: Vec<Mark>,
+    /// The Events: one per mark, and one per pod or round that judged
+    /// nothing.
+    pub events: Vec<super::Event>,
+}
+
+/// Judges the gate's rounds for the pods of `owner` that still await
+/// judgement: a pod with scores gets its mark; a pod without (no probe
+/// set, not asked, no answer) stays unjudged, and is told of.
+pub fn judge_gate(rounds: &[ProbeRound], pods: &[PodView], owner: &str) -> Judgement {
+    let awaits = |name: &str| {
+        pods.iter()
+            .any(|p| p.name == name && p.owner.as_deref() == Some(owner) && p.awaits_judgement())
+    };
+    let mut judgement = Judgement::default();
+    for round in rounds.iter().filter(|r| r.plan.purpose == Purpose::Gate) {
+        let due = round
+            .plan
+            .requests
+            .iter()
+            .filter(|r| !r.stable)
+            .map(|r| &r.pod);
+        let unasked = round.plan.unasked.iter().filter(|u| !u.stable);
+        if !due
+            .chain(unasked.clone().map(|u| &u.pod))
+            .any(|p| awaits(p))
+        {
+            continue;
+        }
+        let set = match &round.set {
+            Ok(set) => set,
+            Err(why) => {
+                judgement
+                    .events
+                    .push(inconclusive(format!("the probe set cannot be read: {why}")));
+                continue;
+            }
+        };
+        for u in unasked.filter(|u| awaits(&u.pod)) {
+            judgement.events.push(inconclusive(format!(
+                "pod {}: no judgement this round: {}",
+                u.pod, u.why
+            )));
+        }
+        let stable = stable_scores(round);
+        for answer in judged_answers(round).filter(|a| awaits(&a.pod)) {
+            match &answer.scores {
+                Err(why) => judgement.events.push(inconclusive(format!(
+                    "pod {}: no judgement this round: {why}",
+                    answer.pod
+                ))),
+                Ok(scores) => {
+                    let mark = mark(&answer.pod, &judge(&round.plan.gate, set, scores, stable));
+                    judgement.events.push(mark.event());
+                    judgement.marks.push(mark);
+                }
+            }
+        }
+    }
+    judgement
+}
+
+fn inconclusive(message: String) -> super::Event {
+    super::Event {
+        type_: super::EventType::Warning,
+        reason: super::reason::QUALITY_GATE_INCONCLUSIVE,
+        message,
+    }
+}
+
+/// Whether a pod of `owner` awaits the gate's judgement, other than
+/// those in `judged`: the gate looks again after [`RETRY_SECONDS`].
+pub fn awaiting(pods: &[PodView], owner: &str, judged: &[Mark]) -> bool {
+    pods.iter().any(|p| {
+        p.owner.as_deref() == Some(owner)
+            && p.awaits_judgement()
+            && !judged.iter().any(|m| m.pod == p.name)
+    })
 }
 
 /// The condition to write on a judged pod.
@@ -540,11 +809,6 @@ pub struct Mark {
 }
 
 impl Mark {
-    /// `passed` or `failed`, the metric's outcome.
-    pub fn outcome(&self) -> &'static str {
-        if self.passed { "passed" } else { "failed" }
-    }
-
     /// The Event on the OpenMedModel that tells of it: figures only.
     pub fn event(&self) -> super::Event {
         super::Event {
@@ -764,10 +1028,9 @@ mod tests {
             leaving,
             ungated,
         ];
-        let due = probes_due(&gate(&[], false), &pods, "ns/svc", 8080);
-        let names: Vec<&str> = due.iter().map(|d| d.pod.as_str()).collect();
-        assert_eq!(names, ["new-a", "new-b"]);
-        assert_eq!(due[0].url, "http://10.0.0.5:8080/pii/extract");
+        let due = gate_due(&gate(&[], false), &pods, "ns/svc");
+        let names: Vec<(&str, bool)> = due.iter().map(|(p, s)| (p.name.as_str(), *s)).collect();
+        assert_eq!(names, [("new-a", false), ("new-b", false)]);
     }
 
     #[test]
@@ -779,11 +1042,11 @@ mod tests {
             pod("old-b", "old", true, Some(false)),
             old,
         ];
-        let due = probes_due(&gate(&[], true), &pods, "ns/svc", 80);
+        let due = gate_due(&gate(&[], true), &pods, "ns/svc");
         assert_eq!(due.len(), 2);
-        assert_eq!((due[1].pod.as_str(), due[1].stable), ("old-a", true));
+        assert_eq!((due[1].0.name.as_str(), due[1].1), ("old-a", true));
         // Nothing to judge: no stable pod either.
-        assert!(probes_due(&gate(&[], true), &pods[1..], "ns/svc", 80).is_empty());
+        assert!(gate_due(&gate(&[], true), &pods[1..], "ns/svc").is_empty());
     }
 
     #[test]
@@ -870,8 +1133,8 @@ mod tests {
             cold,
             pod("stable-a", "old", true, None),
         ];
-        let due = canary_probes(&gate(&[], true), &pods, "ns/svc", "new", Some("old"), 80);
-        let names: Vec<(&str, bool)> = due.iter().map(|d| (d.pod.as_str(), d.stable)).collect();
+        let due = canary_due(&gate(&[], true), &pods, "ns/svc", "new", Some("old"));
+        let names: Vec<(&str, bool)> = due.iter().map(|(p, s)| (p.name.as_str(), *s)).collect();
         assert_eq!(
             names,
             [("canary-a", false), ("canary-b", false), ("stable-a", true)]
@@ -880,29 +1143,140 @@ mod tests {
         let strict = gate(&[("*", 1.0)], false);
         let good = score(&set(), &everything()).unwrap();
         let bad = score(&set(), &no_dates()).unwrap();
-        let (outcome, message) = judge_round(
-            &strict,
-            &set(),
-            &[
-                (due[0].clone(), Ok(good.clone())),
-                (due[1].clone(), Ok(bad)),
-            ],
-        );
+        let reading = |answers: &[(&str, Result<Scores, String>)]| {
+            let round = canary_round(&strict, answers);
+            let Some(Measurement {
+                reading: Reading::Judged(outcome, message),
+                ..
+            }) = canary_reading(&[round])
+            else {
+                panic!("a canary round is one judged reading")
+            };
+            (outcome, message)
+        };
+        let (outcome, message) = reading(&[("canary-a", Ok(good.clone())), ("canary-b", Ok(bad))]);
         assert_eq!(outcome, Outcome::Fail);
         assert!(
             message.starts_with("pod canary-b: DATE recall 0.00 is below 1.00"),
             "{message}"
         );
-        let (outcome, message) = judge_round(&strict, &set(), &[(due[0].clone(), Ok(good))]);
+        let (outcome, message) = reading(&[("canary-a", Ok(good))]);
         assert_eq!(outcome, Outcome::Pass);
         assert!(
             message.starts_with("1 canary pod(s) passed: DATE recall 1.00 (2/2)"),
             "{message}"
         );
-        let (outcome, _) =
-            judge_round(&strict, &set(), &[(due[0].clone(), Err("HTTP 503".into()))]);
+        let (outcome, _) = reading(&[("canary-a", Err("HTTP 503".into()))]);
         assert_eq!(outcome, Outcome::Inconclusive, "no answer is never a pass");
-        assert_eq!(judge_round(&strict, &set(), &[]).0, Outcome::Inconclusive);
+        assert_eq!(reading(&[]).0, Outcome::Inconclusive);
+    }
+
+    /// A request to `pod` in a round's plan.
+    fn request_to(pod: &str, stable: bool) -> PodProbe {
+        PodProbe {
+            pod: pod.into(),
+            url: format!("http://{pod}/pii/extract"),
+            host: None,
+            version: "OpenMed/v2".into(),
+            stable,
+        }
+    }
+
+    /// A round of `purpose` that asked each pod of `answers` (`stable-*`
+    /// pods as the stable side) and got those answers.
+    fn round_of(
+        purpose: Purpose,
+        gate: &QualityGate,
+        answers: &[(&str, Result<Scores, String>)],
+    ) -> ProbeRound {
+        ProbeRound {
+            plan: RoundPlan {
+                purpose,
+                gate: gate.clone(),
+                requests: answers
+                    .iter()
+                    .map(|(pod, _)| request_to(pod, pod.starts_with("stable")))
+                    .collect(),
+                unasked: Vec::new(),
+            },
+            set: Ok(set()),
+            answers: answers
+                .iter()
+                .map(|(pod, scores)| PodAnswer {
+                    pod: (*pod).into(),
+                    scores: scores.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn canary_round(gate: &QualityGate, answers: &[(&str, Result<Scores, String>)]) -> ProbeRound {
+        round_of(Purpose::Canary, gate, answers)
+    }
+
+    #[test]
+    fn the_gates_round_marks_each_pod_that_awaits_judgement_and_tells_of_the_others() {
+        let strict = gate(&[("*", 1.0)], false);
+        let good = score(&set(), &everything()).unwrap();
+        let bad = score(&set(), &no_dates()).unwrap();
+        let pods = vec![
+            pod("new-a", "new", true, None),
+            pod("new-b", "new", true, None),
+            pod("new-c", "new", true, None),
+            pod("judged", "new", true, Some(true)),
+        ];
+        let round = round_of(
+            Purpose::Gate,
+            &strict,
+            &[
+                ("new-a", Ok(good.clone())),
+                ("new-b", Ok(bad)),
+                ("new-c", Err("HTTP 503".into())),
+                // Judged since it was asked: not judged twice.
+                ("judged", Ok(good)),
+            ],
+        );
+        let judged = judge_gate(std::slice::from_ref(&round), &pods, "ns/svc");
+        let marks: Vec<(&str, bool)> = judged
+            .marks
+            .iter()
+            .map(|m| (m.pod.as_str(), m.passed))
+            .collect();
+        assert_eq!(marks, [("new-a", true), ("new-b", false)]);
+        let told: Vec<(&str, &str)> = judged
+            .events
+            .iter()
+            .map(|e| (e.reason, e.message.as_str()))
+            .collect();
+        assert_eq!(
+            told,
+            [
+                (
+                    super::super::reason::QUALITY_GATE_PASSED,
+                    "pod new-a: passed: DATE recall 1.00 (2/2) precision 1.00, NAME recall 1.00 (2/2) precision 1.00"
+                ),
+                (
+                    super::super::reason::QUALITY_GATE_FAILED,
+                    "pod new-b: DATE recall 0.00 is below 1.00 (minRecall): DATE recall 0.00 (0/2), LOCATION precision 0.00, NAME recall 1.00 (2/2) precision 1.00"
+                ),
+                (
+                    super::super::reason::QUALITY_GATE_INCONCLUSIVE,
+                    "pod new-c: no judgement this round: HTTP 503"
+                ),
+            ]
+        );
+        assert!(awaiting(&pods, "ns/svc", &judged.marks), "new-c waits");
+        // A probe set that cannot be read judges nothing, and says so once.
+        let mut unread = round;
+        unread.set = Err("ConfigMap probes does not exist".into());
+        unread.answers.clear();
+        let judged = judge_gate(&[unread], &pods, "ns/svc");
+        assert!(judged.marks.is_empty());
+        assert_eq!(
+            judged.events[0].message,
+            "the probe set cannot be read: ConfigMap probes does not exist"
+        );
+        assert_eq!(judged.events.len(), 1);
     }
 
     #[test]
@@ -932,6 +1306,5 @@ mod tests {
         let event = passed.event();
         assert_eq!(event.type_, crate::rollout::EventType::Normal);
         assert_eq!(event.message, "pod p: passed: NAME recall 1.00 (1/1)");
-        assert_eq!(passed.outcome(), "passed");
     }
 }

@@ -36,6 +36,9 @@ struct World {
     other_routes: Vec<Value>,
     /// What the shell measured before the next decision.
     measurements: Vec<analysis::Measurement>,
+    /// The probe rounds the shell carried out before the next decision;
+    /// the shell drops them once a decision made on them is carried out.
+    probes: Vec<quality::ProbeRound>,
     config_maps: Vec<ConfigMap>,
     /// Snapshots that ReplicaSets reference.
     replica_sets: Vec<SnapshotUse>,
@@ -93,6 +96,7 @@ impl World {
             route: None,
             other_routes: Vec::new(),
             measurements: Vec::new(),
+            probes: Vec::new(),
             config_maps: Vec::new(),
             replica_sets: Vec::new(),
             pods: Vec::new(),
@@ -152,6 +156,7 @@ impl World {
             canary_target,
             route,
             measurements: &self.measurements,
+            probes: &self.probes,
             autoscaled: self.autoscaled,
             rivals: &self.rivals,
             claimed: &claimed,
@@ -196,6 +201,7 @@ impl World {
                 self.execute(&w);
                 self.writes.push(w);
             }
+            self.probes.clear();
         }
         panic!("decide kept asking for writes");
     }
@@ -210,7 +216,8 @@ impl World {
             && d.status == self.resource.status
             && d.events.is_empty()
             && d.requeue_after.is_none()
-            && self.measurements.is_empty();
+            && self.measurements.is_empty()
+            && self.probes.is_empty();
         if !at_rest {
             return;
         }
@@ -288,6 +295,22 @@ impl World {
                     .find(|d| d["metadata"]["name"] == json!(name))
                     .expect("a hand-over on an existing Deployment");
                 hand_over_replicas(target, *replicas);
+            }
+            Write::MarkPod {
+                name,
+                passed,
+                message,
+                ..
+            } => {
+                let pod = self
+                    .pods
+                    .iter_mut()
+                    .find(|p| &p.name == name)
+                    .expect("a mark on an existing pod");
+                pod.quality = Some(crate::rollout::pods::QualityMark {
+                    passed: *passed,
+                    message: message.clone(),
+                });
             }
             Write::ApplyDeployment { name, body, .. } => {
                 let landed = json!(at(self.now + self.server_ahead));
@@ -565,6 +588,39 @@ impl World {
             }),
             ..Default::default()
         });
+    }
+
+    /// A gated pod of the current template whose model is warm: the
+    /// quality gate is to judge it.
+    fn warm_pod(&mut self, name: &str) {
+        let replica_set = self.controller_rolls();
+        let snapshot = self.template_snapshot();
+        let namespace = self.resource.namespace.clone();
+        self.pods.retain(|p| p.name != name);
+        self.pods.push(crate::rollout::pods::PodView {
+            owner: Some(format!("{namespace}/svc")),
+            namespace,
+            name: name.into(),
+            snapshot,
+            replica_set: Some(replica_set),
+            created: Some(at(self.now + self.server_ahead).0.as_second()),
+            ip: Some(format!("10.0.0.{}", self.pods.len() + 1)),
+            containers_ready: true,
+            gated: true,
+            ..Default::default()
+        });
+    }
+
+    /// The probe rounds the core plans now, as the shell would get them.
+    fn probe_plan(&self) -> Vec<quality::RoundPlan> {
+        let target = self.deployment.as_ref().map(Self::typed);
+        quality::probe_plan(
+            &self.resource,
+            target.as_ref(),
+            &self.pods,
+            &self.settings,
+            &at(self.now),
+        )
     }
 
     /// Rolls out `version`, which never gets ready.
@@ -2425,6 +2481,121 @@ fn a_pod_of_the_new_template_that_fails_the_quality_gate_fails_the_rollout_at_on
     );
     assert_eq!(w.status().phase, Some(Phase::RolledBack));
     assert_eq!(w.cm_version(), "v1");
+}
+
+/// A probe set of one text with one DATE, and the scores of a model
+/// that finds it (`true`) or not.
+fn probe_scores(finds_the_date: bool) -> (crate::api::quality::ProbeSet, quality::Scores) {
+    let set = crate::api::quality::parse_probe_set(&json!({
+        "apiVersion": "openmed.ai/v1alpha1", "kind": "PIIProbeSet",
+        "probes": [{"text": "Seen on 2024-03-15.", "entities": [{"label": "DATE", "start": 8, "end": 18}]}],
+    }))
+    .unwrap();
+    let found = if finds_the_date {
+        vec![crate::api::quality::Span {
+            label: "DATE".into(),
+            start: 8,
+            end: 18,
+        }]
+    } else {
+        Vec::new()
+    };
+    let scores = quality::score(&set, &[quality::Answer::Found(found)]).unwrap();
+    (set, scores)
+}
+
+#[test]
+fn the_gates_marks_are_writes_of_the_decision_and_a_failed_one_fails_the_rollout() {
+    let gate = json!({"configMapRef": {"name": "probes"}, "minRecall": {"DATE": 0.95}});
+    let mut w = World::ready_at("v1");
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["ports"] =
+        json!([{"containerPort": 8080}]);
+    let mut next = spec("v2");
+    next["qualityGate"] = gate;
+    w.set_spec(next);
+    w.now += 10;
+    w.reconcile();
+    w.warm_pod("svc-v2-a");
+    w.warm_pod("svc-v2-b");
+    // Nothing measured yet: the pods wait, and the gate looks again soon.
+    let waiting = w.decide();
+    assert!(waiting.writes.is_empty() && waiting.events.is_empty());
+    assert_eq!(
+        waiting.requeue_after,
+        Some(std::time::Duration::from_secs(quality::RETRY_SECONDS))
+    );
+
+    let plans = w.probe_plan();
+    let [plan] = plans.as_slice() else {
+        panic!("one round, the gate's: {plans:?}")
+    };
+    assert_eq!(plan.purpose, quality::Purpose::Gate);
+    assert_eq!(plan.gate.config_map_ref.name, "probes");
+    let asked: Vec<(&str, &str, &str)> = plan
+        .requests
+        .iter()
+        .map(|r| (r.pod.as_str(), r.url.as_str(), r.version.as_str()))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            ("svc-v2-a", "http://10.0.0.1:8080/pii/extract", "v2"),
+            ("svc-v2-b", "http://10.0.0.2:8080/pii/extract", "v2"),
+        ]
+    );
+    let (set, good) = probe_scores(true);
+    let (_, bad) = probe_scores(false);
+    w.probes = vec![quality::ProbeRound {
+        plan: plan.clone(),
+        set: Ok(set),
+        answers: vec![
+            quality::PodAnswer {
+                pod: "svc-v2-a".into(),
+                scores: Ok(good),
+            },
+            quality::PodAnswer {
+                pod: "svc-v2-b".into(),
+                scores: Ok(bad),
+            },
+        ],
+    }];
+    w.now += 1;
+    let events = w.reconcile();
+    assert_eq!(
+        w.writes[..2],
+        [
+            Write::MarkPod {
+                name: "svc-v2-a".into(),
+                passed: true,
+                reason: reason::QUALITY_GATE_PASSED,
+                message: "passed: DATE recall 1.00 (1/1) precision 1.00".into(),
+            },
+            Write::MarkPod {
+                name: "svc-v2-b".into(),
+                passed: false,
+                reason: reason::QUALITY_GATE_FAILED,
+                message: "DATE recall 0.00 is below 0.95 (minRecall): DATE recall 0.00 (0/1)"
+                    .into(),
+            },
+        ]
+    );
+    assert_eq!(
+        reasons(&events),
+        [
+            reason::QUALITY_GATE_PASSED,
+            reason::QUALITY_GATE_FAILED,
+            reason::ROLLOUT_FAILED,
+            reason::ROLLBACK_STARTED
+        ]
+    );
+    assert!(
+        events[2]
+            .message
+            .ends_with("pod svc-v2-b failed the quality gate: DATE recall 0.00 is below 0.95 (minRecall): DATE recall 0.00 (0/1)"),
+        "{}",
+        events[2].message
+    );
+    assert_eq!(w.status().phase, Some(Phase::RolledBack));
 }
 
 #[test]
