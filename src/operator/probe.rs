@@ -90,6 +90,11 @@ impl Prober {
         }
     }
 
+    /// The longest a gathering of readings or probe answers may take.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
     /// Runs every check at once and returns their readings in order; each
     /// check has at most the deadline, so the whole does too.
     pub async fn measure(&self, checks: &[Check]) -> Vec<Measurement> {

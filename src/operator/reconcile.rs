@@ -557,8 +557,8 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         let view = current.view();
         let world = gather(&view, ctx, &mut fresh).await?;
         let now = now();
-        // Measured once, before the first decision: the decisions of
-        // this reconcile judge the same answers.
+        // Measured once, before the first decision, under one deadline:
+        // the decisions of this reconcile judge the same answers.
         let measured = match observed.take() {
             Some(measured) => measured,
             None => measure(ctx, &view, &world, &endpoints, &now).await,
@@ -778,7 +778,8 @@ fn describe(writes: &[Write]) -> String {
 }
 
 /// What the shell measured for the decisions of one reconcile: the
-/// analysis readings and the probe rounds, taken together.
+/// analysis readings and the probe rounds, taken together under one
+/// deadline.
 #[derive(Default)]
 struct Measured {
     readings: Vec<rollout::analysis::Measurement>,
@@ -793,7 +794,9 @@ impl Measured {
 }
 
 /// Takes the readings of `endpoints` and the probe rounds the core plans
-/// for `view`, at once.
+/// for `view` at once, each bounded by the prober's deadline
+/// ([`super::probe::MEASURE_DEADLINE`]): a reconcile holds a worker that
+/// every resource shares.
 async fn measure(
     ctx: &Context,
     view: &ResourceView,
@@ -817,6 +820,7 @@ async fn measure(
             &ctx.prober,
             &ctx.metrics,
             plans,
+            ctx.prober.deadline(),
         ),
     );
     Measured { readings, probes }
