@@ -701,3 +701,74 @@ fn a_malformed_probe_set_is_an_error_at_its_own_line() {
         f.message
     );
 }
+
+/// The Deployment `svc` in namespace `team` whose container
+/// `openmed-service` has `container` as its further lines (indented by
+/// ten spaces).
+fn target(container: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: svc
+  namespace: team
+spec:
+  selector: {{matchLabels: {{app: svc}}}}
+  template:
+    metadata: {{labels: {{app: svc}}}}
+    spec:
+      containers:
+        - name: openmed-service
+          image: openmed
+{container}"
+    )
+}
+
+#[test]
+fn a_gated_target_whose_container_has_no_port_is_a_warning_at_the_container() {
+    let text = format!(
+        "{}---\n{PROBES}---\n{}",
+        gated().yaml(),
+        target("          readinessProbe: {exec: {command: [\"true\"]}}\n")
+    );
+    let findings = case(parse_stream("m.yaml", &text).unwrap()).findings();
+    let f = only(&findings, rule::QUALITY_GATE_PORT);
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.location.document, 3, "the Deployment, third");
+    let lines: Vec<&str> = text.lines().collect();
+    let line = f.location.line.expect("a line");
+    assert!(
+        lines[line - 1].contains("- name: openmed-service"),
+        "{line}: {}",
+        lines[line - 1]
+    );
+    assert_eq!(f.field.as_deref(), Some("spec.template.spec.containers[0]"));
+    assert!(
+        f.message.contains(
+            "container openmed-service of Deployment svc declares no port, and no httpGet probe names one"
+        ),
+        "{}",
+        f.message
+    );
+    // A declared port, or a probe's, is enough; without the gate nothing
+    // is asked of the port.
+    for container in [
+        "          ports: [{containerPort: 8080}]\n",
+        "          readinessProbe: {httpGet: {path: /readyz, port: 8080}}\n",
+    ] {
+        let text = format!("{}---\n{PROBES}---\n{}", gated().yaml(), target(container));
+        none(
+            &case(parse_stream("m.yaml", &text).unwrap()).findings(),
+            rule::QUALITY_GATE_PORT,
+        );
+    }
+    let text = format!(
+        "{}---\n{}",
+        model("svc", "OpenMed/pii-v1").yaml(),
+        target("")
+    );
+    none(
+        &case(parse_stream("m.yaml", &text).unwrap()).findings(),
+        rule::QUALITY_GATE_PORT,
+    );
+}

@@ -394,6 +394,10 @@ pub mod reason {
     /// The quality gate could not judge a pod (no answer, no probe set):
     /// it stays unready and is probed again.
     pub const QUALITY_GATE_INCONCLUSIVE: &str = "QualityGateInconclusive";
+    /// The quality gate has no port to ask the service at: the container
+    /// declares none and no httpGet probe names one. Nothing is written
+    /// until it does, since no gated pod could ever become Ready.
+    pub const QUALITY_GATE_PORT_UNKNOWN: &str = "QualityGatePortUnknown";
 }
 
 /// The `action` of an `events.k8s.io/v1` Event: what the operator was doing
@@ -420,7 +424,10 @@ pub fn action(event_reason: &str) -> &'static str {
         | ANALYSIS_FAILED
         | ANALYSIS_INCONCLUSIVE
         | ANALYSIS_ENDPOINT_NOT_ALLOWED => "Canary",
-        QUALITY_GATE_FAILED | QUALITY_GATE_PASSED | QUALITY_GATE_INCONCLUSIVE => "QualityGate",
+        QUALITY_GATE_FAILED
+        | QUALITY_GATE_PASSED
+        | QUALITY_GATE_INCONCLUSIVE
+        | QUALITY_GATE_PORT_UNKNOWN => "QualityGate",
         DRIFT_CORRECTED => "RestoreOwnedFields",
         TARGET_RELEASED => "Release",
         _ => "Reconcile",
@@ -896,6 +903,15 @@ impl<'a> Step<'a> {
         let mut copy = serde_json::to_value(target).expect("a Deployment serializes");
         if let Err(missing) = wanted.deployment.apply_to(&mut copy) {
             return Some((reason::CONTAINER_NOT_FOUND, missing.to_string()));
+        }
+        // A gated pod the gate cannot ask is never Ready: say so before
+        // any pod waits for it.
+        let container = &wanted.deployment.container;
+        if wanted.deployment.quality_gate && quality::service_port(target, container).is_none() {
+            return Some((
+                reason::QUALITY_GATE_PORT_UNKNOWN,
+                quality::port_unknown(target, container),
+            ));
         }
         let cm_name = wanted
             .config_map

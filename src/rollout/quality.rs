@@ -25,6 +25,7 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
 use super::analysis::{Check, Measurement, PROBES, Reading};
@@ -452,9 +453,16 @@ pub fn probe_plan(
 /// The port the gate asks at, and the Host it sends, for pods of
 /// `target`'s template; else why the pods cannot be asked.
 fn service_address(target: &Deployment, container: &str) -> Result<(i32, Option<String>), String> {
-    let port = service_port(target, container)
-        .ok_or_else(|| format!("the container {container} declares no port"))?;
+    let port = service_port(target, container).ok_or_else(|| port_unknown(target, container))?;
     Ok((port, service_host(target, container)))
+}
+
+/// Why the gate cannot ask the pods of `target` anything.
+pub fn port_unknown(target: &Deployment, container: &str) -> String {
+    format!(
+        "the quality gate cannot reach the service: container {container} of Deployment {} declares no port, and no httpGet probe names one; declare its HTTP port (named http) or give it an httpGet readiness probe",
+        target.metadata.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Each pod due, as a request or as why it cannot be one.
@@ -500,10 +508,13 @@ fn round(
     }
 }
 
-/// The port the gate probes: the container's port named `http`, else its
-/// first port.
+/// The port the gate probes: the container's port named `http`; else the
+/// port its own readiness (else startup, else liveness) probe asks at
+/// over HTTP, which the service serves on anyway (a name resolved against
+/// the container's ports); else its first port. `None`: nothing says
+/// where the service listens.
 pub fn service_port(target: &Deployment, container: &str) -> Option<i32> {
-    let ports = target
+    let c = target
         .spec
         .as_ref()?
         .template
@@ -511,14 +522,27 @@ pub fn service_port(target: &Deployment, container: &str) -> Option<i32> {
         .as_ref()?
         .containers
         .iter()
-        .find(|c| c.name == container)?
-        .ports
-        .as_ref()?;
-    ports
-        .iter()
-        .find(|p| p.name.as_deref() == Some("http"))
-        .or_else(|| ports.first())
-        .map(|p| p.container_port)
+        .find(|c| c.name == container)?;
+    let ports = c.ports.as_deref().unwrap_or_default();
+    let named = |name: &str| {
+        ports
+            .iter()
+            .find(|p| p.name.as_deref() == Some(name))
+            .map(|p| p.container_port)
+    };
+    let probed = || {
+        [&c.readiness_probe, &c.startup_probe, &c.liveness_probe]
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.http_get.as_ref())
+            .find_map(|get| match &get.port {
+                IntOrString::Int(port) => Some(*port),
+                IntOrString::String(name) => named(name),
+            })
+    };
+    named("http")
+        .or_else(probed)
+        .or_else(|| ports.first().map(|p| p.container_port))
 }
 
 /// The Host header the gate sends: the one the container's own readiness
@@ -1085,6 +1109,32 @@ mod tests {
         assert_eq!(service_port(&target, "sidecar"), Some(9000));
         assert_eq!(service_host(&target, "svc").as_deref(), Some("localhost"));
         assert_eq!(service_host(&target, "sidecar"), None);
+    }
+
+    #[test]
+    fn without_an_http_port_the_gate_asks_at_the_port_the_pods_own_probe_uses() {
+        let target: Deployment = serde_json::from_value(json!({
+            "spec": {"selector": {}, "template": {"spec": {"containers": [
+                // No port declared: the readiness probe's.
+                {"name": "bare", "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}}},
+                // A named probe port, resolved against the container's
+                // ports; the startup probe's when readiness is no httpGet.
+                {"name": "named", "ports": [{"name": "metrics", "containerPort": 9090}, {"name": "web", "containerPort": 8000}],
+                 "readinessProbe": {"exec": {"command": ["true"]}},
+                 "startupProbe": {"httpGet": {"path": "/readyz", "port": "web"}}},
+                // The liveness probe's, last.
+                {"name": "live", "livenessProbe": {"httpGet": {"path": "/livez", "port": 7000}}},
+                // A name that resolves to nothing is no port.
+                {"name": "unresolved", "readinessProbe": {"httpGet": {"path": "/readyz", "port": "web"}}},
+                {"name": "exec", "readinessProbe": {"exec": {"command": ["true"]}}},
+            ]}}}
+        }))
+        .unwrap();
+        assert_eq!(service_port(&target, "bare"), Some(8080));
+        assert_eq!(service_port(&target, "named"), Some(8000));
+        assert_eq!(service_port(&target, "live"), Some(7000));
+        assert_eq!(service_port(&target, "unresolved"), None);
+        assert_eq!(service_port(&target, "exec"), None);
     }
 
     #[test]

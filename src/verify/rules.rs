@@ -49,6 +49,10 @@ pub mod rule {
     /// `spec.qualityGate` names a probe set that is not in the tree, or
     /// one the operator could not read: every new pod would stay unready.
     pub const QUALITY_GATE_PROBES: &str = "QualityGateProbes";
+    /// `spec.qualityGate` on a target whose container declares no port
+    /// and no httpGet probe: the gate has nowhere to ask, and the operator
+    /// would refuse to roll out.
+    pub const QUALITY_GATE_PORT: &str = "QualityGatePort";
 }
 
 /// An OpenMedModel's identity: it survives renames and moves between files.
@@ -252,6 +256,9 @@ pub fn check(input: &Input) -> Outcome {
         service_model_id(&facts, &mut findings);
         target_changed(&change, &mut findings);
         quality_gate_probes(&facts, input.rev, ns, &mut findings);
+        if let Some(model) = planned.get(&i) {
+            quality_gate_port(&facts, model, input.rev, &mut findings);
+        }
 
         resources.push(ResourceSummary {
             resource: facts.key.to_string(),
@@ -700,6 +707,50 @@ fn probe_set_in_tree(
             }
         }
     }
+}
+
+/// A gated resource whose target is in the tree: its container tells the
+/// gate where the service listens (a port, or an httpGet probe's), as the
+/// operator reads it; else every rollout would be refused until it does.
+fn quality_gate_port(
+    facts: &Facts,
+    model: &manifests::Model,
+    docs: &[Document],
+    findings: &mut Vec<Finding>,
+) {
+    let Some(target_doc) = model.target_doc.and_then(|i| docs.get(i)) else {
+        return;
+    };
+    if !model.plan.deployment.quality_gate {
+        return;
+    }
+    let Ok(target) =
+        serde_json::from_value::<k8s_openapi::api::apps::v1::Deployment>(target_doc.value.clone())
+    else {
+        return;
+    };
+    let container = &model.plan.deployment.container;
+    if crate::rollout::quality::service_port(&target, container).is_some() {
+        return;
+    }
+    let index = target
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.iter().position(|c| &c.name == container));
+    let Some(index) = index else {
+        return; // ContainerNotFound says so
+    };
+    let field = format!("spec.template.spec.containers[{index}]");
+    findings.push(
+        Finding::warning(
+            &target_doc.at(&field),
+            rule::QUALITY_GATE_PORT,
+            crate::rollout::quality::port_unknown(&target, container),
+        )
+        .resource(facts.key.to_string())
+        .field(field),
+    );
 }
 
 /// Revision names that usually move: tags and branch names.

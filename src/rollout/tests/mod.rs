@@ -2443,6 +2443,8 @@ fn fail_fast_can_be_turned_off_and_a_deadline_failure_quotes_the_pod() {
 fn a_pod_of_the_new_template_that_fails_the_quality_gate_fails_the_rollout_at_once() {
     let gate = json!({"configMapRef": {"name": "probes"}, "minRecall": {"DATE": 0.95}});
     let mut w = World::ready_at("v1");
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["ports"] =
+        json!([{"name": "http", "containerPort": 8080}]);
     let mut gated = spec("v1");
     gated["qualityGate"] = gate.clone();
     w.set_spec(gated);
@@ -2596,6 +2598,33 @@ fn the_gates_marks_are_writes_of_the_decision_and_a_failed_one_fails_the_rollout
         events[2].message
     );
     assert_eq!(w.status().phase, Some(Phase::RolledBack));
+}
+
+#[test]
+fn a_gate_on_a_container_that_declares_no_port_says_so_at_once_and_writes_nothing() {
+    let mut w = World::ready_at("v1");
+    let mut gated = spec("v2");
+    gated["qualityGate"] = json!({"configMapRef": {"name": "probes"}});
+    w.set_spec(gated);
+    w.now += 10;
+    let events = w.reconcile();
+    assert!(w.writes.is_empty(), "{:?}", w.writes);
+    assert_eq!(reasons(&events), [reason::QUALITY_GATE_PORT_UNKNOWN]);
+    assert_eq!(
+        events[0].message,
+        "the quality gate cannot reach the service: container openmed-service of Deployment svc declares no port, and no httpGet probe names one; declare its HTTP port (named http) or give it an httpGet readiness probe"
+    );
+    assert_eq!(
+        w.condition(conditions::READY),
+        ("False".into(), reason::QUALITY_GATE_PORT_UNKNOWN.into())
+    );
+    // Said once; a probe's port is enough.
+    w.now += 10;
+    assert!(w.reconcile().is_empty());
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] =
+        json!({"httpGet": {"path": "/readyz", "port": 8080}});
+    w.now += 10;
+    assert_eq!(reasons(&w.reconcile()), [reason::ROLLOUT_STARTED]);
 }
 
 #[test]
