@@ -804,8 +804,14 @@ async fn measure(
     endpoints: &[rollout::analysis::Check],
     now: &Time,
 ) -> Measured {
-    let plans =
-        rollout::quality::probe_plan(view, world.target.as_ref(), &world.pods, &ctx.settings, now);
+    let plans = observing(
+        view,
+        world,
+        &Measured::default(),
+        &ctx.settings,
+        now.clone(),
+        rollout::quality::probe_plan,
+    );
     let (readings, probes) = tokio::join!(
         async {
             if endpoints.is_empty() {
@@ -833,9 +839,21 @@ fn decide(
     settings: &Settings,
     now: Time,
 ) -> Decision {
+    observing(view, world, measured, settings, now, rollout::decide)
+}
+
+/// What `core` makes of the world as gathered and measured.
+fn observing<T>(
+    view: &ResourceView,
+    world: &World,
+    measured: &Measured,
+    settings: &Settings,
+    now: Time,
+    core: impl FnOnce(&Observed) -> T,
+) -> T {
     let claimed: Vec<&Deployment> = world.claimed.iter().collect();
     let config_maps: Vec<&ConfigMap> = world.config_maps.iter().collect();
-    rollout::decide(&Observed {
+    core(&Observed {
         resource: view,
         target: world.target.as_ref(),
         canary_target: world.canary_target.as_ref(),

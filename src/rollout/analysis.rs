@@ -32,12 +32,9 @@ pub enum Check {
     /// with `notWorseThanStable`): not an endpoint the shell asks, but a
     /// probe round [`super::quality::probe_plan`] plans.
     Probes {
-        /// The gate's fields.
+        /// The gate's fields. Which pods are the canary's and which the
+        /// stable Deployment's is told by their ReplicaSets, as observed.
         gate: crate::api::QualityGate,
-        /// The canary template's snapshot label.
-        canary: String,
-        /// The stable template's snapshot label, if known.
-        stable: Option<String>,
     },
     /// A POST of `body` (JSON) to `url`.
     Webhook {

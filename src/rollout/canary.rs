@@ -1253,21 +1253,11 @@ pub fn analysis_checks(resource: &ResourceView, settings: &Settings, now: &Time)
         && (checks.len() == analysis.metrics.len() + analysis.webhooks.len())
     {
         // The service's own pods: no endpoint to allow. Held, as every
-        // check, when an endpoint of the others is refused.
-        let snapshot = |version: &str| {
-            let mut s = spec.clone();
-            s.version = version.to_owned();
-            crate::plan::canary_plan(&resource.id(), &s, canary)
-                .deployment
-                .snapshot_label
-        };
-        if let Some(canary_snapshot) = snapshot(&c.version) {
-            checks.push(Check::Probes {
-                gate: gate.clone(),
-                canary: canary_snapshot,
-                stable: resource.status.active_version.as_deref().and_then(snapshot),
-            });
-        }
+        // check, when an endpoint of the others is refused. Which pods
+        // are asked is the probe plan's (`quality::probe_plan`), by
+        // ReplicaSet: the canary may share its version with the stable
+        // Deployment, never its template.
+        checks.push(Check::Probes { gate: gate.clone() });
     }
     checks
 }

@@ -24,12 +24,12 @@
 //! entity is correct when it overlaps an expected one of its label.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
+use super::Observed;
 use super::analysis::{Check, Measurement, PROBES, Reading};
-use super::pods::PodView;
+use super::pods::{PodView, ReplicaSetRef, current_replica_set};
 use super::resource::ResourceView;
 use crate::api::quality::{ProbeSet, QualityGate, Span};
 use crate::api::{OpenMedModelSpec, Outcome, validate_spec};
@@ -387,6 +387,23 @@ pub struct RoundPlan {
     pub requests: Vec<PodProbe>,
     /// The pods due that cannot be asked.
     pub unasked: Vec<Unasked>,
+    /// With `notWorseThanStable`: whether the version being replaced is
+    /// measured too.
+    pub stable: Stable,
+}
+
+/// Whether a round measures the version being replaced, to compare with
+/// (`notWorseThanStable`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stable {
+    /// Not asked for, or nothing of that version runs (a first rollout,
+    /// or the `Recreate` strategy): the bounds alone judge.
+    NotAsked,
+    /// A pod of it is among the requests (or the unasked).
+    Asked,
+    /// It runs, but no pod of it can be measured now, and why: no round
+    /// is judged without it.
+    Missing(String),
 }
 
 /// A round as the shell carried it out: what `decide` judges.
@@ -411,43 +428,142 @@ pub struct PodAnswer {
     pub scores: Result<Scores, String>,
 }
 
-/// The probe rounds due for `resource` now: the gate's, when a pod of it
+/// The probe rounds due now: the gate's, when a pod of the resource
 /// awaits judgement, and the canary's, when its probes analysis is due
 /// ([`super::analysis_checks`]). The shell reads each round's probe set,
 /// sends the requests, and hands the answers to `decide`
-/// ([`super::Observed::probes`]).
-pub fn probe_plan(
-    resource: &ResourceView,
-    target: Option<&Deployment>,
-    pods: &[PodView],
-    settings: &super::Settings,
-    now: &Time,
-) -> Vec<RoundPlan> {
+/// ([`Observed::probes`], which this leaves unread).
+///
+/// Which pods are which is told by their ReplicaSets, never by the model
+/// they run: a canary may serve the stable version on another tier, and
+/// a change that keeps the model (adding the gate) makes a new template.
+pub fn probe_plan(obs: &Observed) -> Vec<RoundPlan> {
+    let resource = obs.resource;
     let key = resource.key();
-    let container = container_of(resource);
-    let address = match target {
-        Some(target) => service_address(target, &container),
-        None => Err("the target Deployment is not there".to_owned()),
-    };
+    let deployments = Deployments::of(obs);
     let mut plans = Vec::new();
     if let Some((gate, _)) = gate_of(resource) {
-        let due = gate_due(&gate, pods, &key);
-        if !due.is_empty() {
-            plans.push(round(resource, Purpose::Gate, gate, &due, &address));
+        // A round per Deployment: each compares with its own version
+        // being replaced (a promotion rolls the stable Deployment while
+        // the canary's pods already serve the new version).
+        for pods in deployments.each(obs.pods) {
+            let due = gate_due(&gate, pods, &key);
+            if !due.pods.is_empty() {
+                plans.push(round(
+                    resource,
+                    Purpose::Gate,
+                    gate.clone(),
+                    due,
+                    &deployments,
+                ));
+            }
         }
     }
-    for check in super::analysis_checks(resource, settings, now) {
-        if let Check::Probes {
-            gate,
-            canary,
-            stable,
-        } = check
-        {
-            let due = canary_due(&gate, pods, &key, &canary, stable.as_deref());
-            plans.push(round(resource, Purpose::Canary, gate, &due, &address));
+    for check in super::analysis_checks(resource, &obs.settings, &obs.now) {
+        if let Check::Probes { gate } = check {
+            let due = canary_due(&gate, obs.pods, &key, &deployments);
+            plans.push(round(resource, Purpose::Canary, gate, due, &deployments));
         }
     }
     plans
+}
+
+/// The stable and the canary Deployment, as the probes need them: which
+/// ReplicaSets are theirs, and where their pods listen.
+struct Deployments<'o> {
+    replica_sets: Vec<ReplicaSetRef<'o>>,
+    stable: Option<Side<'o>>,
+    canary: Option<Side<'o>>,
+}
+
+/// One Deployment of the resource.
+struct Side<'o> {
+    deployment: &'o Deployment,
+    /// Its current template's ReplicaSet, once its controller has seen
+    /// its generation.
+    current: Option<&'o str>,
+    /// Where its pods are asked, or why they cannot be.
+    address: Result<(i32, Option<String>), String>,
+}
+
+impl<'o> Deployments<'o> {
+    fn of(obs: &'o Observed) -> Self {
+        let replica_sets: Vec<ReplicaSetRef<'o>> = obs
+            .snapshot_uses
+            .iter()
+            .map(|u| ReplicaSetRef {
+                name: &u.replica_set,
+                deployment: u.deployment.as_deref(),
+                revision: u.revision.as_deref(),
+            })
+            .collect();
+        let side = |deployment: &'o Deployment, container: String| Side {
+            deployment,
+            current: current_replica_set(
+                deployment,
+                deployment.metadata.generation,
+                replica_sets.iter().copied(),
+            ),
+            address: service_address(deployment, &container),
+        };
+        let stable = obs.target.map(|t| side(t, container_of(obs.resource)));
+        let canary = obs
+            .canary_target
+            .zip(canary_container(obs.resource))
+            .map(|(c, container)| side(c, container));
+        Deployments {
+            replica_sets,
+            stable,
+            canary,
+        }
+    }
+
+    /// Whether `pod` belongs to `side`'s Deployment (through its
+    /// ReplicaSet).
+    fn holds(&self, side: &Side, pod: &PodView) -> bool {
+        let uid = side.deployment.metadata.uid.as_deref();
+        let Some(replica_set) = pod.replica_set.as_deref() else {
+            return false;
+        };
+        uid.is_some()
+            && self
+                .replica_sets
+                .iter()
+                .any(|rs| rs.name == replica_set && rs.deployment == uid)
+    }
+
+    /// `pods` split by Deployment: the stable one's, the canary one's,
+    /// and those of neither (a ReplicaSet not cached yet).
+    fn each<'p>(&self, pods: &'p [PodView]) -> [Vec<&'p PodView>; 3] {
+        let mut split: [Vec<&PodView>; 3] = Default::default();
+        for pod in pods {
+            let side = [&self.stable, &self.canary]
+                .into_iter()
+                .position(|side| side.as_ref().is_some_and(|side| self.holds(side, pod)))
+                .unwrap_or(2);
+            split[side].push(pod);
+        }
+        split
+    }
+
+    /// Where `pod` is asked: at its own Deployment's port.
+    fn address(&self, pod: &PodView) -> Result<(i32, Option<String>), String> {
+        let side = [&self.canary, &self.stable]
+            .into_iter()
+            .flatten()
+            .find(|side| self.holds(side, pod))
+            .or(self.stable.as_ref());
+        match side {
+            Some(side) => side.address.clone(),
+            None => Err("the target Deployment is not there".to_owned()),
+        }
+    }
+}
+
+/// The canary Deployment's container, for a valid spec with a canary.
+fn canary_container(resource: &ResourceView) -> Option<String> {
+    let spec = validate_spec(&resource.spec, None).ok()?;
+    Some(spec.canary?.target_ref.container_name)
 }
 
 /// The port the gate asks at, and the Host it sends, for pods of
@@ -470,23 +586,23 @@ fn round(
     resource: &ResourceView,
     purpose: Purpose,
     gate: QualityGate,
-    due: &[(&PodView, bool)],
-    address: &Result<(i32, Option<String>), String>,
+    due: Due,
+    deployments: &Deployments,
 ) -> RoundPlan {
     let mut requests = Vec::new();
     let mut unasked = Vec::new();
-    for &(pod, stable) in due {
+    for (pod, stable) in due.pods {
         let version = pod
             .snapshot
             .as_deref()
             .and_then(|s| version_of(resource, s));
-        let asked = match (address, version) {
-            (Err(why), _) => Err(why.clone()),
+        let asked = match (deployments.address(pod), version) {
+            (Err(why), _) => Err(why),
             (_, None) => Err("its template's version is not one this resource knows".to_owned()),
             (Ok((port, host)), Some(version)) => Ok(PodProbe {
                 pod: pod.name.clone(),
-                url: endpoint(pod.ip.as_deref().unwrap_or_default(), *port),
-                host: host.clone(),
+                url: endpoint(pod.ip.as_deref().unwrap_or_default(), port),
+                host,
                 version,
                 stable,
             }),
@@ -505,6 +621,7 @@ fn round(
         gate,
         requests,
         unasked,
+        stable: due.stable,
     }
 }
 
@@ -576,89 +693,159 @@ fn endpoint(ip: &str, port: i32) -> String {
     }
 }
 
-/// The pods of `owner` (`<namespace>/<name>`, the pods' ownership
-/// annotation) the gate is to probe now, by name: every gated pod whose
-/// model is warm and not yet judged; and, with `notWorseThanStable`, one
-/// judged or ungated ready pod of another template to compare with
-/// (`true`). None when no pod awaits judgement.
-fn gate_due<'p>(gate: &QualityGate, pods: &'p [PodView], owner: &str) -> Vec<(&'p PodView, bool)> {
+/// The pods a round asks, each marked `true` when it is of the version
+/// being replaced, and whether that version is measured.
+struct Due<'p> {
+    pods: Vec<(&'p PodView, bool)>,
+    stable: Stable,
+}
+
+/// A pod that may stand for the version being replaced: warm, reachable,
+/// and not one the gate failed (it passed, or was never gated).
+fn may_compare(pod: &PodView) -> bool {
+    pod.containers_ready
+        && pod.ip.is_some()
+        && pod.quality.as_ref().is_none_or(|q| q.passed)
+        && (pod.quality.is_some() || !pod.gated)
+}
+
+/// Of `pods` (one Deployment's), those of `owner` (`<namespace>/<name>`,
+/// the pods' ownership annotation) the gate is to probe now, by name:
+/// every gated pod whose model is warm and not yet judged. With
+/// `notWorseThanStable`, the version being replaced is the pods of other
+/// ReplicaSets (other templates) that the gate did not fail: one ready
+/// pod of them is measured; when none is ready, the round has no reading
+/// of it; when none runs, the bounds alone judge.
+fn gate_due<'p>(
+    gate: &QualityGate,
+    pods: impl IntoIterator<Item = &'p PodView>,
+    owner: &str,
+) -> Due<'p> {
     let mine: Vec<&PodView> = pods
-        .iter()
-        .filter(|p| p.owner.as_deref() == Some(owner) && !p.terminating && p.ip.is_some())
+        .into_iter()
+        .filter(|p| p.owner.as_deref() == Some(owner) && !p.terminating)
         .collect();
     let mut due: Vec<(&PodView, bool)> = mine
         .iter()
-        .filter(|p| p.awaits_judgement())
+        .filter(|p| p.awaits_judgement() && p.ip.is_some())
         .map(|p| (*p, false))
         .collect();
     due.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-    if gate.not_worse_than_stable && !due.is_empty() {
-        let new_templates: Vec<&Option<String>> = due.iter().map(|(p, _)| &p.snapshot).collect();
-        let mut stable: Vec<&PodView> = mine
-            .iter()
-            .copied()
-            .filter(|p| {
-                p.containers_ready
-                    && !new_templates.contains(&&p.snapshot)
-                    && p.quality.as_ref().is_none_or(|q| q.passed)
-                    && (p.quality.is_some() || !p.gated)
-            })
-            .collect();
-        stable.sort_by(|a, b| a.name.cmp(&b.name));
-        if let Some(p) = stable.first() {
-            due.push((p, true));
-        }
+    if !gate.not_worse_than_stable || due.is_empty() {
+        return Due {
+            pods: due,
+            stable: Stable::NotAsked,
+        };
     }
-    due
+    let judged: Vec<&Option<String>> = due.iter().map(|(p, _)| &p.replica_set).collect();
+    let mut others: Vec<&PodView> = mine
+        .iter()
+        .copied()
+        .filter(|p| {
+            p.replica_set.is_some()
+                && !judged.contains(&&p.replica_set)
+                && p.quality.as_ref().is_none_or(|q| q.passed)
+        })
+        .collect();
+    others.sort_by(|a, b| a.name.cmp(&b.name));
+    let stable = if others.is_empty() {
+        Stable::NotAsked
+    } else if let Some(p) = others.iter().find(|p| may_compare(p)) {
+        due.push((p, true));
+        Stable::Asked
+    } else {
+        Stable::Missing(format!(
+            "no pod of another template is ready to compare with ({} not ready)",
+            others.len()
+        ))
+    };
+    Due { pods: due, stable }
 }
 
 /// A canary's pods to probe this round: every ready pod of the canary
-/// template of `owner`, by name, and with `notWorseThanStable` one ready
-/// pod of the stable template.
+/// Deployment's current template, by name; with `notWorseThanStable`,
+/// one ready pod of the stable Deployment (its current template when
+/// known), which always runs during a canary.
 fn canary_due<'p>(
     gate: &QualityGate,
     pods: &'p [PodView],
     owner: &str,
-    canary: &str,
-    stable: Option<&str>,
-) -> Vec<(&'p PodView, bool)> {
-    let ready = |snapshot: &str| {
-        let mut found: Vec<&PodView> = pods
-            .iter()
-            .filter(|p| {
-                p.owner.as_deref() == Some(owner)
-                    && p.snapshot.as_deref() == Some(snapshot)
-                    && p.containers_ready
-                    && !p.terminating
-                    && p.ip.is_some()
-            })
-            .collect();
-        found.sort_by(|a, b| a.name.cmp(&b.name));
-        found
-    };
-    let mut due: Vec<(&PodView, bool)> = ready(canary).into_iter().map(|p| (p, false)).collect();
-    if gate.not_worse_than_stable
-        && let Some(p) = stable.and_then(|s| ready(s).into_iter().next())
-    {
-        due.push((p, true));
+    deployments: &Deployments,
+) -> Due<'p> {
+    let mut mine: Vec<&PodView> = pods
+        .iter()
+        .filter(|p| p.owner.as_deref() == Some(owner) && !p.terminating)
+        .collect();
+    mine.sort_by(|a, b| a.name.cmp(&b.name));
+    let canary = deployments.canary.as_ref().and_then(|c| c.current);
+    let mut due: Vec<(&PodView, bool)> = mine
+        .iter()
+        .filter(|p| {
+            canary.is_some()
+                && p.replica_set.as_deref() == canary
+                && p.containers_ready
+                && p.ip.is_some()
+        })
+        .map(|p| (*p, false))
+        .collect();
+    if !gate.not_worse_than_stable {
+        return Due {
+            pods: due,
+            stable: Stable::NotAsked,
+        };
     }
-    due
+    let Some(side) = &deployments.stable else {
+        return Due {
+            pods: due,
+            stable: Stable::Missing("the stable Deployment is not there".into()),
+        };
+    };
+    let theirs: Vec<&PodView> = mine
+        .iter()
+        .copied()
+        .filter(|p| deployments.holds(side, p) && may_compare(p))
+        .collect();
+    let current = theirs
+        .iter()
+        .find(|p| side.current.is_some() && p.replica_set.as_deref() == side.current);
+    let stable = match current.or(theirs.first()) {
+        Some(p) => {
+            due.push((p, true));
+            Stable::Asked
+        }
+        None => Stable::Missing(format!(
+            "no pod of the stable Deployment {} is ready to compare with",
+            side.deployment.metadata.name.as_deref().unwrap_or_default()
+        )),
+    };
+    Due { pods: due, stable }
 }
 
-/// The scores of the round's stable pod, when it answered.
-fn stable_scores(round: &ProbeRound) -> Option<&Scores> {
-    let stable: Vec<&str> = round
-        .plan
-        .requests
-        .iter()
-        .filter(|r| r.stable)
-        .map(|r| r.pod.as_str())
-        .collect();
-    round
-        .answers
-        .iter()
-        .filter(|a| stable.contains(&a.pod.as_str()))
-        .find_map(|a| a.scores.as_ref().ok())
+/// The round's reading of the version being replaced: none to compare
+/// with, its scores, or why it has none (then nothing is judged).
+fn stable_reading(round: &ProbeRound) -> Result<Option<&Scores>, String> {
+    let missing = |why: String| Err(format!("no reading of the version being replaced: {why}"));
+    match &round.plan.stable {
+        Stable::NotAsked => Ok(None),
+        Stable::Missing(why) => missing(why.clone()),
+        Stable::Asked => {
+            if let Some(u) = round.plan.unasked.iter().find(|u| u.stable) {
+                return missing(format!("pod {}: {}", u.pod, u.why));
+            }
+            let Some(pod) = round.plan.requests.iter().find(|r| r.stable) else {
+                return missing("no pod of it was asked".into());
+            };
+            match round.answers.iter().find(|a| a.pod == pod.pod) {
+                Some(PodAnswer {
+                    scores: Ok(scores), ..
+                }) => Ok(Some(scores)),
+                Some(PodAnswer {
+                    scores: Err(why), ..
+                }) => missing(format!("pod {}: {why}", pod.pod)),
+                None => missing(format!("pod {}: no answer", pod.pod)),
+            }
+        }
+    }
 }
 
 /// The answers of the pods a round judges (not the stable one).
@@ -677,7 +864,6 @@ fn judged_answers(round: &ProbeRound) -> impl Iterator<Item = &PodAnswer> {
 /// fails; else it passes. Figures only.
 fn judge_round(round: &ProbeRound, set: &ProbeSet) -> (Outcome, String) {
     let gate = &round.plan.gate;
-    let stable = stable_scores(round);
     if let Some(u) = round.plan.unasked.iter().find(|u| !u.stable) {
         return (
             Outcome::Inconclusive,
@@ -688,6 +874,10 @@ fn judge_round(round: &ProbeRound, set: &ProbeSet) -> (Outcome, String) {
     if canary.is_empty() {
         return (Outcome::Inconclusive, "no ready canary pod to probe".into());
     }
+    let stable = match stable_reading(round) {
+        Ok(stable) => stable,
+        Err(why) => return (Outcome::Inconclusive, why),
+    };
     let mut passed = None;
     for answer in &canary {
         match &answer.scores {
@@ -783,14 +973,19 @@ pub fn judge_gate(rounds: &[ProbeRound], pods: &[PodView], owner: &str) -> Judge
                 u.pod, u.why
             )));
         }
-        let stable = stable_scores(round);
+        let stable = stable_reading(round);
         for answer in judged_answers(round).filter(|a| awaits(&a.pod)) {
-            match &answer.scores {
+            let scores = answer
+                .scores
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|scores| Ok((scores, stable.clone()?)));
+            match scores {
                 Err(why) => judgement.events.push(inconclusive(format!(
                     "pod {}: no judgement this round: {why}",
                     answer.pod
                 ))),
-                Ok(scores) => {
+                Ok((scores, stable)) => {
                     let mark = mark(&answer.pod, &judge(&round.plan.gate, set, scores, stable));
                     judgement.events.push(mark.event());
                     judgement.marks.push(mark);
@@ -1024,6 +1219,7 @@ mod tests {
             name: name.into(),
             owner: Some("ns/svc".into()),
             snapshot: Some(snapshot.into()),
+            replica_set: Some(format!("svc-{snapshot}")),
             ip: Some(format!("10.0.0.{}", name.len())),
             containers_ready: ready,
             gated: true,
@@ -1053,7 +1249,11 @@ mod tests {
             ungated,
         ];
         let due = gate_due(&gate(&[], false), &pods, "ns/svc");
-        let names: Vec<(&str, bool)> = due.iter().map(|(p, s)| (p.name.as_str(), *s)).collect();
+        let names: Vec<(&str, bool)> = due
+            .pods
+            .iter()
+            .map(|(p, s)| (p.name.as_str(), *s))
+            .collect();
         assert_eq!(names, [("new-a", false), ("new-b", false)]);
     }
 
@@ -1067,10 +1267,83 @@ mod tests {
             old,
         ];
         let due = gate_due(&gate(&[], true), &pods, "ns/svc");
-        assert_eq!(due.len(), 2);
-        assert_eq!((due[1].0.name.as_str(), due[1].1), ("old-a", true));
+        assert_eq!(due.pods.len(), 2);
+        assert_eq!(
+            (due.pods[1].0.name.as_str(), due.pods[1].1),
+            ("old-a", true)
+        );
+        assert_eq!(due.stable, Stable::Asked);
         // Nothing to judge: no stable pod either.
-        assert!(gate_due(&gate(&[], true), &pods[1..], "ns/svc").is_empty());
+        assert!(
+            gate_due(&gate(&[], true), &pods[1..], "ns/svc")
+                .pods
+                .is_empty()
+        );
+        // The version being replaced runs but no pod of it is ready: no
+        // reading of it this round.
+        let mut cold = pods[2].clone();
+        cold.containers_ready = false;
+        let warming = [pods[0].clone(), cold];
+        let due = gate_due(&gate(&[], true), &warming, "ns/svc");
+        assert_eq!(due.pods.len(), 1);
+        assert!(matches!(due.stable, Stable::Missing(_)), "{:?}", due.stable);
+        // Nothing of it runs (a first rollout): the bounds alone.
+        let due = gate_due(&gate(&[], true), &pods[..1], "ns/svc");
+        assert_eq!(due.stable, Stable::NotAsked);
+    }
+
+    #[test]
+    fn the_version_being_replaced_is_found_by_template_not_by_model() {
+        // Adding the gate to a template rolls the same model: the pods of
+        // the template before it are the ones to compare with.
+        let mut old = pod("old-a", "same", true, None);
+        old.gated = false;
+        old.replica_set = Some("svc-1".into());
+        let mut new = pod("new-a", "same", true, None);
+        new.replica_set = Some("svc-2".into());
+        let pods = [new, old];
+        let due = gate_due(&gate(&[], true), &pods, "ns/svc");
+        let names: Vec<(&str, bool)> = due
+            .pods
+            .iter()
+            .map(|(p, s)| (p.name.as_str(), *s))
+            .collect();
+        assert_eq!(names, [("new-a", false), ("old-a", true)]);
+    }
+
+    #[test]
+    fn without_a_reading_of_the_stable_version_not_worse_than_stable_is_inconclusive() {
+        let lenient = gate(&[("*", 0.0)], true);
+        let bad = score(&set(), &no_dates()).unwrap();
+        let pods = vec![pod("new-a", "new", true, None)];
+        let no_stable_answer = [
+            ("new-a", Ok(bad.clone())),
+            ("stable-a", Err("HTTP 503".into())),
+        ];
+        let round = round_of(Purpose::Gate, &lenient, &no_stable_answer);
+        let judged = judge_gate(&[round], &pods, "ns/svc");
+        assert!(judged.marks.is_empty(), "no mark: {:?}", judged.marks);
+        assert_eq!(
+            judged.events[0].message,
+            "pod new-a: no judgement this round: no reading of the version being replaced: pod stable-a: HTTP 503"
+        );
+        assert_eq!(
+            judged.events[0].reason,
+            super::super::reason::QUALITY_GATE_INCONCLUSIVE
+        );
+        let round = canary_round(&lenient, &no_stable_answer);
+        let Some(Measurement {
+            reading: Reading::Judged(outcome, message),
+            ..
+        }) = canary_reading(&[round])
+        else {
+            panic!("a judged reading")
+        };
+        assert_eq!(outcome, Outcome::Inconclusive, "{message}");
+        assert_eq!(
+            message,
+            "no reading of the version being replaced: pod stable-a: HTTP 503"
+        );
     }
 
     #[test]
@@ -1173,23 +1446,7 @@ mod tests {
     }
 
     #[test]
-    fn a_canary_round_probes_its_ready_pods_and_fails_on_any_that_misses() {
-        use crate::api::Outcome;
-        let mut cold = pod("canary-c", "new", false, None);
-        cold.gated = false;
-        let pods = vec![
-            pod("canary-b", "new", true, None),
-            pod("canary-a", "new", true, Some(true)),
-            cold,
-            pod("stable-a", "old", true, None),
-        ];
-        let due = canary_due(&gate(&[], true), &pods, "ns/svc", "new", Some("old"));
-        let names: Vec<(&str, bool)> = due.iter().map(|(p, s)| (p.name.as_str(), *s)).collect();
-        assert_eq!(
-            names,
-            [("canary-a", false), ("canary-b", false), ("stable-a", true)]
-        );
-
+    fn a_canary_round_fails_on_any_pod_that_misses_and_no_answer_is_never_a_pass() {
         let strict = gate(&[("*", 1.0)], false);
         let good = score(&set(), &everything()).unwrap();
         let bad = score(&set(), &no_dates()).unwrap();
@@ -1248,6 +1505,11 @@ mod tests {
                     .map(|(pod, _)| request_to(pod, pod.starts_with("stable")))
                     .collect(),
                 unasked: Vec::new(),
+                stable: if answers.iter().any(|(pod, _)| pod.starts_with("stable")) {
+                    Stable::Asked
+                } else {
+                    Stable::NotAsked
+                },
             },
             set: Ok(set()),
             answers: answers

@@ -1119,15 +1119,10 @@ fn the_probes_are_checked_every_round_and_a_failed_verdict_aborts() {
     let mut w = at_first_step(probes);
     w.now += 10;
     let checks = crate::rollout::analysis_checks(&w.resource, &w.settings, &at(w.now));
-    let [analysis::Check::Probes { canary, stable, .. }] = checks.as_slice() else {
+    let [analysis::Check::Probes { gate }] = checks.as_slice() else {
         panic!("one probe check, no endpoint to allow: {checks:?}");
     };
-    assert_eq!(
-        Some(canary.as_str()),
-        w.canary_dep()["spec"]["template"]["metadata"]["labels"][MANIFEST_SNAPSHOT_LABEL].as_str(),
-        "the canary template's pods are probed"
-    );
-    assert!(stable.is_some(), "and a stable pod to compare with");
+    assert!(gate.not_worse_than_stable);
     w.measurements = vec![Measurement {
         name: "probes".into(),
         reading: Reading::Judged(
@@ -1145,6 +1140,151 @@ fn the_probes_are_checked_every_round_and_a_failed_verdict_aborts() {
         "{}",
         last.message
     );
+}
+
+#[test]
+fn the_canarys_probes_compare_with_the_stable_deployments_pods_on_a_tier_only_change() {
+    let probes = json!({"interval": "10s", "probes": {"configMapRef": {"name": "pii-probes"}, "notWorseThanStable": true}});
+    let mut w = World::canary_ready(
+        json!([{"weight": 10, "pause": "20s"}, {"weight": 50, "pause": "20s"}]),
+        Some(probes),
+    );
+    let http = json!([{"name": "http", "containerPort": 8080}]);
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["ports"] = http.clone();
+    w.canary_dep()["spec"]["template"]["spec"]["containers"][0]["ports"] = http;
+    // The same version on another tier: the canary shares its version
+    // with the stable Deployment, not its template.
+    let mut medium = w.resource.spec.clone();
+    medium["tier"] = json!("Medium");
+    w.set_spec(medium);
+    w.reconcile();
+    w.canary_pods_ready();
+    w.reconcile();
+    assert_eq!(w.weights(), (90, 10));
+    w.now += 10;
+    // The controller's ReplicaSets, and a ready pod of each Deployment.
+    let stable_snapshot = w.template_snapshot().unwrap();
+    let canary_snapshot = w.canary_dep()["spec"]["template"]["metadata"]["labels"]
+        [MANIFEST_SNAPSHOT_LABEL]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(stable_snapshot, canary_snapshot, "two models, one version");
+    for (deployment, replica_set, snapshot, pod) in [
+        ("svc", "svc-5b7c", &stable_snapshot, "svc-5b7c-a"),
+        (
+            "svc-canary",
+            "svc-canary-9d2f",
+            &canary_snapshot,
+            "svc-canary-9d2f-a",
+        ),
+    ] {
+        let d = if deployment == "svc" {
+            w.dep()
+        } else {
+            w.canary_dep()
+        };
+        d["metadata"]["annotations"][pods::REVISION_ANNOTATION] = json!("4");
+        d["status"]["observedGeneration"] = d["metadata"]["generation"].clone();
+        w.replica_sets.push(SnapshotUse {
+            short: snapshot.clone(),
+            config_map: None,
+            replica_set: replica_set.into(),
+            has_pods: true,
+            deployment: Some(format!("uid-{deployment}")),
+            revision: Some("4".into()),
+        });
+        w.pods.push(pods::PodView {
+            namespace: "ns".into(),
+            name: pod.into(),
+            owner: Some("ns/svc".into()),
+            snapshot: Some(snapshot.clone()),
+            replica_set: Some(replica_set.into()),
+            ip: Some(format!("10.0.0.{}", w.pods.len() + 1)),
+            containers_ready: true,
+            ..Default::default()
+        });
+    }
+    // A canary pod still warming is not asked.
+    let mut cold = w.pods.last().unwrap().clone();
+    cold.name = "svc-canary-9d2f-b".into();
+    cold.containers_ready = false;
+    w.pods.push(cold);
+    let plans = w.probe_plan();
+    let [plan] = plans.as_slice() else {
+        panic!("one round, the canary's: {plans:?}")
+    };
+    assert_eq!(plan.purpose, quality::Purpose::Canary);
+    assert_eq!(plan.stable, quality::Stable::Asked);
+    let asked: Vec<(&str, bool)> = plan
+        .requests
+        .iter()
+        .map(|r| (r.pod.as_str(), r.stable))
+        .collect();
+    assert_eq!(
+        asked,
+        [("svc-canary-9d2f-a", false), ("svc-5b7c-a", true)],
+        "the canary's pod, compared with the stable Deployment's"
+    );
+}
+
+#[test]
+fn a_gated_pod_of_the_stable_deployment_compares_with_its_own_old_template_not_the_canarys() {
+    let mut w = World::canary_ready(json!([{"weight": 10, "pause": "20s"}]), None);
+    let http = json!([{"name": "http", "containerPort": 8080}]);
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["ports"] = http.clone();
+    w.canary_dep()["spec"]["template"]["spec"]["containers"][0]["ports"] = http;
+    w.resource.spec["qualityGate"] =
+        json!({"configMapRef": {"name": "probes"}, "notWorseThanStable": true});
+    let snapshot = w.template_snapshot().unwrap();
+    // As a promotion leaves them: the canary's pod passed the gate on the
+    // new version, and the stable Deployment rolls its new template.
+    let pods = [
+        ("svc", "svc-d1", "svc-d1-old", None, false),
+        ("svc", "svc-2", "svc-2-new", None, true),
+        (
+            "svc-canary",
+            "svc-canary-3",
+            "svc-canary-3-a",
+            Some(true),
+            true,
+        ),
+    ];
+    for (deployment, replica_set, pod, passed, gated) in pods {
+        w.replica_sets.push(SnapshotUse {
+            short: snapshot.clone(),
+            config_map: None,
+            replica_set: replica_set.into(),
+            has_pods: true,
+            deployment: Some(format!("uid-{deployment}")),
+            revision: None,
+        });
+        w.pods.push(pods::PodView {
+            namespace: "ns".into(),
+            name: pod.into(),
+            owner: Some("ns/svc".into()),
+            snapshot: Some(snapshot.clone()),
+            replica_set: Some(replica_set.into()),
+            ip: Some(format!("10.0.0.{}", w.pods.len() + 1)),
+            containers_ready: true,
+            gated,
+            quality: passed.map(|passed| pods::QualityMark {
+                passed,
+                message: "m".into(),
+            }),
+            ..Default::default()
+        });
+    }
+    let plans = w.probe_plan();
+    let [plan] = plans.as_slice() else {
+        panic!("one round, the stable Deployment's: {plans:?}")
+    };
+    let asked: Vec<(&str, bool)> = plan
+        .requests
+        .iter()
+        .map(|r| (r.pod.as_str(), r.stable))
+        .collect();
+    assert_eq!(asked, [("svc-2-new", false), ("svc-d1-old", true)]);
 }
 
 impl World {

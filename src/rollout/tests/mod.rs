@@ -115,6 +115,11 @@ impl World {
     }
 
     fn decide(&self) -> Decision {
+        self.observing(decide)
+    }
+
+    /// What `core` makes of the world as the shell would observe it.
+    fn observing<T>(&self, core: impl FnOnce(&Observed) -> T) -> T {
         let all: Vec<Deployment> = self
             .deployment
             .iter()
@@ -150,7 +155,7 @@ impl World {
             .iter()
             .chain(&self.other_routes)
             .find(|r| r["metadata"]["name"].as_str() == route_name.as_deref());
-        decide(&Observed {
+        core(&Observed {
             resource: &self.resource,
             target,
             canary_target,
@@ -613,14 +618,7 @@ impl World {
 
     /// The probe rounds the core plans now, as the shell would get them.
     fn probe_plan(&self) -> Vec<quality::RoundPlan> {
-        let target = self.deployment.as_ref().map(Self::typed);
-        quality::probe_plan(
-            &self.resource,
-            target.as_ref(),
-            &self.pods,
-            &self.settings,
-            &at(self.now),
-        )
+        self.observing(quality::probe_plan)
     }
 
     /// Rolls out `version`, which never gets ready.
