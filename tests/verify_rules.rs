@@ -772,3 +772,37 @@ fn a_gated_target_whose_container_has_no_port_is_a_warning_at_the_container() {
         rule::QUALITY_GATE_PORT,
     );
 }
+
+#[test]
+fn a_bound_on_a_label_the_probe_set_lacks_is_an_error_at_its_line() {
+    let misspelled = model("svc", "OpenMed/pii-v1").spec(
+        "  qualityGate:\n    configMapRef: {name: pii-probes}\n    minRecall:\n      NAMES: 1.0\n      \"*\": 0.5\n",
+    );
+    let text = format!("{}---\n{PROBES}", misspelled.yaml());
+    let findings = case(parse_stream("m.yaml", &text).unwrap()).findings();
+    let f = only(&findings, rule::QUALITY_GATE_LABEL);
+    assert_eq!(f.severity, Severity::Error);
+    assert_eq!(f.field.as_deref(), Some("spec.qualityGate.minRecall.NAMES"));
+    let lines: Vec<&str> = text.lines().collect();
+    let line = f.location.line.expect("a line");
+    assert!(
+        lines[line - 1].contains("NAMES: 1.0"),
+        "{line}: {}",
+        lines[line - 1]
+    );
+    assert!(
+        f.message
+            .contains("matches no label of the probe set (ConfigMap pii-probes: NAME)"),
+        "{}",
+        f.message
+    );
+    // The labels it has, and the wildcard, are bounds.
+    let spelled = model("svc", "OpenMed/pii-v1").spec(
+        "  qualityGate:\n    configMapRef: {name: pii-probes}\n    minRecall: {NAME: 1.0, \"*\": 0.5}\n",
+    );
+    let text = format!("{}---\n{PROBES}", spelled.yaml());
+    none(
+        &case(parse_stream("m.yaml", &text).unwrap()).findings(),
+        rule::QUALITY_GATE_LABEL,
+    );
+}

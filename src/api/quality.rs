@@ -56,7 +56,9 @@ pub struct QualityGate {
     /// The least recall (0 to 1) per entity label, e.g. `{NAME: 1.0, DATE:
     /// 0.95}`; the key `*` stands for every label of the probe set not
     /// named. A label without a bound is measured and reported, never
-    /// judged. Default `{"*": 1.0}`: every labelled entity must be found.
+    /// judged; a key that names no label of the probe set bounds nothing
+    /// and is refused. Default `{"*": 1.0}`: every labelled entity must be
+    /// found.
     #[serde(default = "default_min_recall")]
     #[schemars(schema_with = "min_recall_schema")]
     pub min_recall: BTreeMap<String, f64>,

@@ -614,6 +614,13 @@ impl<'a> Step<'a> {
                 return self.invalid(&errors);
             }
         };
+        // What only the probe set can tell: a bound on a label it does
+        // not have, which would bound nothing.
+        let unmatched = quality::unmatched_bounds(obs.probes);
+        if !unmatched.is_empty() {
+            self.end_canary_blocked("the spec is invalid");
+            return self.invalid(&unmatched);
+        }
         let desired = self.plan(&spec);
         self.status.desired_version = Some(desired.normalized.version.clone());
         self.status.desired_spec_hash = Some(desired.spec_hash.clone());
@@ -1331,8 +1338,10 @@ impl<'a> Step<'a> {
         let owner = self.obs.resource.key();
         let judged = quality::judge_gate(self.obs.probes, self.obs.pods, &owner);
         self.events.extend(judged.events);
+        // A spec refused for its bounds waits for a change, not a timer.
         if quality::gate_of(self.obs.resource).is_some()
             && quality::awaiting(self.obs.pods, &owner, &judged.marks)
+            && quality::unmatched_bounds(self.obs.probes).is_empty()
         {
             let retry = Duration::from_secs(quality::RETRY_SECONDS);
             self.requeue_after = Some(self.requeue_after.map_or(retry, |d| d.min(retry)));

@@ -31,7 +31,7 @@ use super::Observed;
 use super::analysis::{Check, Measurement, PROBES, Reading};
 use super::pods::{PodView, ReplicaSetRef, current_replica_set};
 use super::resource::ResourceView;
-use crate::api::quality::{ProbeSet, QualityGate, Span};
+use crate::api::quality::{ANY_LABEL, ProbeSet, QualityGate, Span};
 use crate::api::{OpenMedModelSpec, Outcome, validate_spec};
 use crate::plan::{self, TargetOptions};
 
@@ -959,6 +959,9 @@ pub fn judge_gate(rounds: &[ProbeRound], pods: &[PodView], owner: &str) -> Judge
             continue;
         }
         let set = match &round.set {
+            // A bound that matches no label refuses the spec
+            // ([`unmatched_bounds`]): no pod is judged against it.
+            Ok(set) if !unmatched_keys(&round.plan.gate, set).is_empty() => continue,
             Ok(set) => set,
             Err(why) => {
                 judgement
@@ -994,6 +997,50 @@ pub fn judge_gate(rounds: &[ProbeRound], pods: &[PodView], owner: &str) -> Judge
         }
     }
     judgement
+}
+
+/// The `minRecall` keys of `gate` that match no label of `set`, the
+/// wildcard aside: `DATES` beside probes labelled `DATE` bounds nothing,
+/// and a model that never tags a date would pass.
+pub fn unmatched_keys<'g>(gate: &'g QualityGate, set: &ProbeSet) -> Vec<&'g str> {
+    let labels = set.labels();
+    gate.min_recall
+        .keys()
+        .filter(|k| k.as_str() != ANY_LABEL && !labels.contains(k))
+        .map(String::as_str)
+        .collect()
+}
+
+/// Why `key` of the gate's `minRecall` bounds nothing in `set`, read from
+/// ConfigMap `config_map`.
+pub fn unmatched_message(config_map: &str, set: &ProbeSet) -> String {
+    format!(
+        "matches no label of the probe set (ConfigMap {config_map}: {}), so it bounds nothing; name one of them, or {ANY_LABEL} for every label not named",
+        set.labels().join(", ")
+    )
+}
+
+/// The bounds the rounds' probe sets show to match nothing, as the spec's
+/// errors: the spec is refused once a probe set has been read, and no pod
+/// is judged against it.
+pub fn unmatched_bounds(rounds: &[ProbeRound]) -> Vec<crate::api::FieldError> {
+    rounds
+        .iter()
+        .filter_map(|round| Some((round, round.set.as_ref().ok()?)))
+        .flat_map(|(round, set)| {
+            let field = match round.plan.purpose {
+                Purpose::Gate => "spec.qualityGate.minRecall",
+                Purpose::Canary => "spec.canary.analysis.probes.minRecall",
+            };
+            let config_map = &round.plan.gate.config_map_ref.name;
+            unmatched_keys(&round.plan.gate, set)
+                .into_iter()
+                .map(move |key| crate::api::FieldError {
+                    path: format!("{field}.{key}"),
+                    message: unmatched_message(config_map, set),
+                })
+        })
+        .collect()
 }
 
 fn inconclusive(message: String) -> super::Event {
@@ -1309,6 +1356,25 @@ mod tests {
             .map(|(p, s)| (p.name.as_str(), *s))
             .collect();
         assert_eq!(names, [("new-a", false), ("old-a", true)]);
+    }
+
+    #[test]
+    fn a_bound_on_a_label_the_probe_set_lacks_judges_no_pod() {
+        // DATES beside probes labelled DATE bounds nothing: a model that
+        // never tags a date would pass.
+        let misspelled = gate(&[("DATES", 1.0), ("NAME", 1.0)], false);
+        let no_dates = score(&set(), &no_dates()).unwrap();
+        let pods = vec![pod("new-a", "new", true, None)];
+        let round = round_of(Purpose::Gate, &misspelled, &[("new-a", Ok(no_dates))]);
+        let judged = judge_gate(std::slice::from_ref(&round), &pods, "ns/svc");
+        assert!(judged.marks.is_empty(), "no mark: {:?}", judged.marks);
+        let refused = unmatched_bounds(&[round]);
+        assert_eq!(
+            refused.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "spec.qualityGate.minRecall.DATES: matches no label of the probe set (ConfigMap probes: DATE, NAME), so it bounds nothing; name one of them, or * for every label not named"
+            ]
+        );
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub mod rule {
     /// and no httpGet probe: the gate has nowhere to ask, and the operator
     /// would refuse to roll out.
     pub const QUALITY_GATE_PORT: &str = "QualityGatePort";
+    /// A `minRecall` key that matches no label of the probe set in the
+    /// input: it bounds nothing, and the operator refuses the spec.
+    pub const QUALITY_GATE_LABEL: &str = "QualityGateLabel";
 }
 
 /// An OpenMedModel's identity: it survives renames and moves between files.
@@ -693,8 +696,8 @@ fn probe_set_in_tree(
             &key_path,
             format!("the probe set holds {} documents, not one", inner.len()),
         )),
-        Ok(inner) => {
-            if let Err(errors) = parse_probe_set(&inner[0].value) {
+        Ok(inner) => match parse_probe_set(&inner[0].value) {
+            Err(errors) => {
                 for e in errors {
                     let at = inner_at(inner[0].line_of(&e.path));
                     let path = if e.path.is_empty() {
@@ -705,7 +708,47 @@ fn probe_set_in_tree(
                     findings.push(finding(&at, &path, format!("probe set: {e}")));
                 }
             }
-        }
+            Ok(set) => bounds_match_labels(facts, field, name, &set, findings),
+        },
+    }
+}
+
+/// Every `minRecall` key of the gate whose probe set `name` (named at
+/// `field`) reads matches one of its labels, the wildcard aside: a key
+/// that matches none bounds nothing, and the operator refuses the spec.
+fn bounds_match_labels(
+    facts: &Facts,
+    field: &str,
+    name: &str,
+    set: &crate::api::quality::ProbeSet,
+    findings: &mut Vec<Finding>,
+) {
+    use crate::rollout::quality::{unmatched_keys, unmatched_message};
+    let gate_path = field.trim_end_matches(".configMapRef.name");
+    let pointer = format!("/{}", gate_path.replace('.', "/"));
+    let Some(gate) = facts
+        .doc
+        .value
+        .pointer(&pointer)
+        .and_then(|g| serde_json::from_value::<api::QualityGate>(g.clone()).ok())
+    else {
+        return; // validation says why
+    };
+    for key in unmatched_keys(&gate, set) {
+        let path = format!("{gate_path}.minRecall.{key}");
+        findings.push(
+            Finding::error(
+                &facts.doc.at(&path),
+                rule::QUALITY_GATE_LABEL,
+                format!(
+                    "minRecall key {} {}",
+                    crate::text::quote(key),
+                    unmatched_message(name, set)
+                ),
+            )
+            .resource(facts.key.to_string())
+            .field(path),
+        );
     }
 }
 

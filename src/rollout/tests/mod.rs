@@ -2599,6 +2599,48 @@ fn the_gates_marks_are_writes_of_the_decision_and_a_failed_one_fails_the_rollout
 }
 
 #[test]
+fn a_bound_on_a_label_the_probe_set_lacks_refuses_the_spec_once_the_set_is_read() {
+    let mut w = World::ready_at("v1");
+    w.dep()["spec"]["template"]["spec"]["containers"][0]["ports"] =
+        json!([{"containerPort": 8080}]);
+    let mut next = spec("v2");
+    next["qualityGate"] = json!({"configMapRef": {"name": "probes"}, "minRecall": {"DATES": 1.0}});
+    w.set_spec(next);
+    w.now += 10;
+    w.reconcile();
+    w.warm_pod("svc-v2-a");
+    let [plan] = w.probe_plan().try_into().expect("the gate's round");
+    let (set, misses_the_date) = probe_scores(false);
+    w.probes = vec![quality::ProbeRound {
+        plan,
+        set: Ok(set),
+        answers: vec![quality::PodAnswer {
+            pod: "svc-v2-a".into(),
+            scores: Ok(misses_the_date),
+        }],
+    }];
+    w.now += 1;
+    let events = w.reconcile();
+    assert!(
+        !w.writes.iter().any(|w| matches!(w, Write::MarkPod { .. })),
+        "no pod is judged against a bound that bounds nothing: {:?}",
+        w.writes
+    );
+    assert_eq!(reasons(&events), [reason::INVALID_SPEC]);
+    assert!(
+        events[0]
+            .message
+            .starts_with("spec.qualityGate.minRecall.DATES: matches no label of the probe set"),
+        "{}",
+        events[0].message
+    );
+    assert_eq!(
+        w.condition(conditions::STALLED),
+        ("True".into(), reason::INVALID_SPEC.into())
+    );
+}
+
+#[test]
 fn a_gate_on_a_container_that_declares_no_port_says_so_at_once_and_writes_nothing() {
     let mut w = World::ready_at("v1");
     let mut gated = spec("v2");
