@@ -439,10 +439,22 @@ pub struct PodAnswer {
 /// a change that keeps the model (adding the gate) makes a new template.
 pub fn probe_plan(obs: &Observed) -> Vec<RoundPlan> {
     let resource = obs.resource;
+    let gate = gate_of(resource);
+    let canary: Vec<QualityGate> = super::analysis_checks(resource, &obs.settings, &obs.now)
+        .into_iter()
+        .filter_map(|check| match check {
+            Check::Probes { gate } => Some(gate),
+            _ => None,
+        })
+        .collect();
+    if gate.is_none() && canary.is_empty() {
+        // Most resources: nothing to probe, nothing more to look at.
+        return Vec::new();
+    }
     let key = resource.key();
     let deployments = Deployments::of(obs);
     let mut plans = Vec::new();
-    if let Some((gate, _)) = gate_of(resource) {
+    if let Some((gate, _)) = gate {
         // A round per Deployment: each compares with its own version
         // being replaced (a promotion rolls the stable Deployment while
         // the canary's pods already serve the new version).
@@ -459,11 +471,9 @@ pub fn probe_plan(obs: &Observed) -> Vec<RoundPlan> {
             }
         }
     }
-    for check in super::analysis_checks(resource, &obs.settings, &obs.now) {
-        if let Check::Probes { gate } = check {
-            let due = canary_due(&gate, obs.pods, &key, &deployments);
-            plans.push(round(resource, Purpose::Canary, gate, due, &deployments));
-        }
+    for gate in canary {
+        let due = canary_due(&gate, obs.pods, &key, &deployments);
+        plans.push(round(resource, Purpose::Canary, gate, due, &deployments));
     }
     plans
 }
