@@ -605,28 +605,34 @@ fn forget_last_applied(meta: &mut kube::core::ObjectMeta) {
     }
 }
 
-/// Keeps of a pod what the core reads ([`PodView`]): name, namespace,
-/// labels, the ownership annotation, its controlling ReplicaSet, creation
-/// and deletion, its containers' restart counts, waits and last exits, its address, and the conditions and readiness
-/// gate of the quality gate.
-fn keep_container_statuses(pod: &mut Pod) {
-    forget_write_records(pod);
-    let meta = &mut pod.metadata;
+/// Of an object's metadata, keeps the one annotation `annotation` among
+/// its annotations, and of its owners only its controller, when that is a
+/// `kind` (which rollout made a pod, which Deployment a ReplicaSet).
+pub(crate) fn keep_only(meta: &mut kube::core::ObjectMeta, annotation: &str, kind: &str) {
     meta.annotations = meta.annotations.take().and_then(|mut all| {
-        let owner = all.remove(MODEL_RESOURCE_ANNOTATION)?;
+        let value = all.remove(annotation)?;
         Some(std::collections::BTreeMap::from([(
-            MODEL_RESOURCE_ANNOTATION.to_owned(),
-            owner,
+            annotation.to_owned(),
+            value,
         )]))
     });
-    // The controlling ReplicaSet says which rollout made the pod.
     meta.owner_references = meta.owner_references.take().and_then(|all| {
         let controller: Vec<_> = all
             .into_iter()
-            .filter(|o| o.controller == Some(true) && o.kind == "ReplicaSet")
+            .filter(|o| o.controller == Some(true) && o.kind == kind)
             .collect();
         (!controller.is_empty()).then_some(controller)
     });
+}
+
+/// Keeps of a pod what the core reads ([`PodView`]): name, namespace,
+/// labels, the ownership annotation, its controlling ReplicaSet, creation
+/// and deletion, its containers' restart counts, waits and last exits,
+/// its address, and the conditions and readiness gate of the quality gate.
+fn keep_container_statuses(pod: &mut Pod) {
+    forget_write_records(pod);
+    let meta = &mut pod.metadata;
+    keep_only(meta, MODEL_RESOURCE_ANNOTATION, "ReplicaSet");
     let gates = pod.spec.take().and_then(|s| s.readiness_gates);
     pod.spec = gates.map(|gates| k8s_openapi::api::core::v1::PodSpec {
         readiness_gates: Some(gates),

@@ -137,20 +137,7 @@ impl CachedReplicaSet {
             .retain(|c| !c.env.is_empty());
         let meta = &mut self.metadata;
         meta.managed_fields = None;
-        meta.annotations = meta.annotations.take().and_then(|mut all| {
-            let revision = all.remove(REVISION_ANNOTATION)?;
-            Some(std::collections::BTreeMap::from([(
-                REVISION_ANNOTATION.to_owned(),
-                revision,
-            )]))
-        });
-        meta.owner_references = meta.owner_references.take().and_then(|all| {
-            let controller: Vec<_> = all
-                .into_iter()
-                .filter(|o| o.controller == Some(true) && o.kind == "Deployment")
-                .collect();
-            (!controller.is_empty()).then_some(controller)
-        });
+        super::keep_only(meta, REVISION_ANNOTATION, "Deployment");
     }
 }
 

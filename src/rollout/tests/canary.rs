@@ -1663,6 +1663,17 @@ impl World {
         self.canary_version().as_deref() == Some(version)
     }
 
+    /// Reconciles once the drain can be seen: the canary Deployment is
+    /// released then, or with the next decision (recording the drain is a
+    /// status write, which the operator watches).
+    fn released_once_drained(&mut self) -> bool {
+        self.reconcile();
+        self.canary_released() || {
+            self.reconcile();
+            self.canary_released()
+        }
+    }
+
     fn canary_released(&self) -> bool {
         self.writes.iter().any(|x| {
             matches!(x, Write::ApplyDeployment { name, release: true, .. } if name == "svc-canary")
@@ -1718,14 +1729,7 @@ fn removing_the_canary_block_keeps_the_old_canary_deployment_until_it_drained() 
     let back = w.route_generation();
     w.gateway_accepted(back);
     w.now += 1;
-    w.reconcile();
-    let released = w.canary_released() || {
-        // Recording the drain is a status write, which the operator
-        // watches: the release may come with the next decision.
-        w.reconcile();
-        w.canary_released()
-    };
-    assert!(released, "drained: released");
+    assert!(w.released_once_drained(), "drained: released");
 }
 
 #[test]
@@ -1748,14 +1752,7 @@ fn renaming_the_canary_target_releases_the_old_one_only_once_it_drained() {
     let back = w.route_generation();
     w.gateway_accepted(back);
     w.now += 1;
-    w.reconcile();
-    let released = w.canary_released() || {
-        // Recording the drain is a status write, which the operator
-        // watches: the release may come with the next decision.
-        w.reconcile();
-        w.canary_released()
-    };
-    assert!(released, "drained: released");
+    assert!(w.released_once_drained(), "drained: released");
 }
 
 #[test]

@@ -572,12 +572,14 @@ impl World {
         });
     }
 
-    /// A pod of the current template that the quality gate judged.
-    fn judged_pod(&mut self, name: &str, passed: bool, message: &str) {
+    /// A gated pod of the ReplicaSet the Deployment controller made for the
+    /// current template, created now, its model warm.
+    fn gated_pod(&mut self, name: &str) -> &mut crate::rollout::pods::PodView {
         let replica_set = self.controller_rolls();
         let snapshot = self.template_snapshot();
         let namespace = self.resource.namespace.clone();
         self.pods.retain(|p| p.name != name);
+        let ip = Some(format!("10.0.0.{}", self.pods.len() + 1));
         self.pods.push(crate::rollout::pods::PodView {
             owner: Some(format!("{namespace}/svc")),
             namespace,
@@ -585,35 +587,28 @@ impl World {
             snapshot,
             replica_set: Some(replica_set),
             created: Some(at(self.now + self.server_ahead).0.as_second()),
+            ip,
             containers_ready: true,
             gated: true,
-            quality: Some(crate::rollout::pods::QualityMark {
-                passed,
-                message: message.into(),
-            }),
             ..Default::default()
+        });
+        self.pods.last_mut().expect("just pushed")
+    }
+
+    /// A pod of the current template that the quality gate judged.
+    fn judged_pod(&mut self, name: &str, passed: bool, message: &str) {
+        let pod = self.gated_pod(name);
+        pod.ip = None;
+        pod.quality = Some(crate::rollout::pods::QualityMark {
+            passed,
+            message: message.into(),
         });
     }
 
     /// A gated pod of the current template whose model is warm: the
     /// quality gate is to judge it.
     fn warm_pod(&mut self, name: &str) {
-        let replica_set = self.controller_rolls();
-        let snapshot = self.template_snapshot();
-        let namespace = self.resource.namespace.clone();
-        self.pods.retain(|p| p.name != name);
-        self.pods.push(crate::rollout::pods::PodView {
-            owner: Some(format!("{namespace}/svc")),
-            namespace,
-            name: name.into(),
-            snapshot,
-            replica_set: Some(replica_set),
-            created: Some(at(self.now + self.server_ahead).0.as_second()),
-            ip: Some(format!("10.0.0.{}", self.pods.len() + 1)),
-            containers_ready: true,
-            gated: true,
-            ..Default::default()
-        });
+        self.gated_pod(name);
     }
 
     /// The probe rounds the core plans now, as the shell would get them.
