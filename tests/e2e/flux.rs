@@ -262,7 +262,7 @@ fn deployment_in_git(name: &str) -> String {
 
 /// The model as Git holds it (`examples/flux/models`), named `svc` in the
 /// test's namespace (which `verify --status` matches against the
-/// cluster's), with a short progress deadline.
+/// cluster's), with a progress deadline of 30 s.
 fn model_in_git(env: &Env, version: &str, annotations: &[(&str, &str)]) -> String {
     let mut m = example("models/openmedmodel.yaml").remove(0);
     m["metadata"]["name"] = json!("svc");
@@ -271,7 +271,10 @@ fn model_in_git(env: &Env, version: &str, annotations: &[(&str, &str)]) -> Strin
         m["metadata"]["annotations"][*key] = json!(value);
     }
     m["spec"]["version"] = json!(version);
-    m["spec"]["rolloutStrategy"]["progressDeadlineSeconds"] = json!(8);
+    // Long enough that a good version is never failed while the suite
+    // loads both cores (8 s was not, once), short enough that a version
+    // that never warms fails within the test's patience.
+    m["spec"]["rolloutStrategy"]["progressDeadlineSeconds"] = json!(30);
     yaml_stream(&[m])
 }
 
