@@ -54,6 +54,12 @@ pub const FAMILY_LABEL: &str = "openmed.ai/model-family";
 /// model to preload before `/readyz` passes.
 pub const PRELOAD_ENV: &str = "OPENMED_SERVICE_PRELOAD_MODELS";
 
+/// The container variable that lists the model names the service answers
+/// (its served set); a request naming any other model gets 422
+/// `model_not_served`. The operator writes the model's own entries here
+/// beside the preload variable (`plan::served`).
+pub const SERVED_ENV: &str = "OPENMED_SERVICE_SERVED_MODELS";
+
 /// ConfigMap key holding the manifest.
 pub const MANIFEST_KEY: &str = "manifest.json";
 

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::{ResourceId, TargetOptions};
 use crate::api::names::{
     FIELD_MANAGER, MANIFEST_HASH_ANNOTATION, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
-    OPERATED_BY_LABEL, PRELOAD_ENV,
+    OPERATED_BY_LABEL, PRELOAD_ENV, SERVED_ENV,
 };
 use crate::api::quality::QUALITY_CONDITION;
 use crate::api::{OpenMedModelSpec, StrategyType};
@@ -59,6 +59,9 @@ pub struct DeploymentFields {
     pub strategy: Option<Value>,
     /// `spec.progressDeadlineSeconds`; `None` leaves it alone.
     pub progress_deadline_seconds: Option<i32>,
+    /// The container's served set `OPENMED_SERVICE_SERVED_MODELS`, as a
+    /// literal value ([`super::served`]); `None` leaves it alone.
+    pub served: Option<String>,
     /// The pod template's readiness gate `openmed.ai/model-quality`
     /// (`spec.qualityGate`): a pod is Ready only once the operator has
     /// judged its model.
@@ -122,6 +125,10 @@ impl DeploymentFields {
             strategy: Some(strategy),
             progress_deadline_seconds: Some(rollout.progress_deadline_seconds),
             quality_gate: normalized.quality_gate.is_some(),
+            // What a template serves beside its version depends on the
+            // target and the resource's history: the operator and `render`
+            // fill it in from what they see (`super::served`).
+            served: None,
         }
     }
 
@@ -134,7 +141,16 @@ impl DeploymentFields {
     /// `observed` on the Deployment: with server-side apply, a field that
     /// its only manager stops applying is removed and re-defaulted, which
     /// would scale the Deployment to one pod.
-    pub fn released(namespace: &str, name: &str, container: &str, observed: &Value) -> Self {
+    ///
+    /// `served` is what the served set keeps once the model's versions
+    /// leave it (the entries others listed), or `None` to let it go.
+    pub fn released(
+        namespace: &str,
+        name: &str,
+        container: &str,
+        observed: &Value,
+        served: Option<String>,
+    ) -> Self {
         let spec = observed.get("spec");
         let field = |key: &str| spec.and_then(|s| s.get(key)).cloned();
         DeploymentFields {
@@ -151,6 +167,7 @@ impl DeploymentFields {
                 .and_then(|v| v.as_i64())
                 .map(|d| d as i32),
             quality_gate: false,
+            served,
         }
     }
 
@@ -249,7 +266,11 @@ impl DeploymentFields {
         if let Some(short) = &self.snapshot_label {
             template_metadata["labels"] = json!({ MANIFEST_SNAPSHOT_LABEL: short });
         }
-        let mut pod_spec = json!({ "containers": [{ "name": self.container, "env": [env] }] });
+        let mut env = vec![env];
+        if let Some(served) = &self.served {
+            env.push(json!({ "name": SERVED_ENV, "value": served }));
+        }
+        let mut pod_spec = json!({ "containers": [{ "name": self.container, "env": env }] });
         if self.quality_gate {
             pod_spec["readinessGates"] = json!([{ "conditionType": QUALITY_CONDITION }]);
         }
@@ -305,6 +326,16 @@ impl DeploymentFields {
         {
             Some(existing) => *existing = keeping_deletions(existing, entry),
             None => entries.push(entry),
+        }
+        if let Some(served) = &self.served {
+            let entry = json!({ "name": SERVED_ENV, "value": served });
+            match entries
+                .iter_mut()
+                .find(|e| e.get("name").and_then(Value::as_str) == Some(SERVED_ENV))
+            {
+                Some(existing) => *existing = entry,
+                None => entries.push(entry),
+            }
         }
 
         let template_meta = object_at(deployment, &["spec", "template", "metadata"]);
@@ -623,7 +654,7 @@ mod tests {
         fields(json!({}), TargetOptions::default())
             .apply_to(&mut d)
             .unwrap();
-        let released = DeploymentFields::released("ns", "svc", "openmed-service", &d);
+        let released = DeploymentFields::released("ns", "svc", "openmed-service", &d, None);
         // Hash of a manifest with an empty model list, as the earlier operator computed it.
         assert_eq!(
             released.manifest_hash,

@@ -8,6 +8,7 @@
 pub mod canonical;
 mod config_map;
 mod deployment;
+pub mod served;
 
 use serde::Serialize;
 use serde_json::json;

@@ -243,6 +243,9 @@ impl Step<'_> {
         };
         let mut candidate = self.canary_plan(&desired.normalized, canary);
         self.share_snapshot(&mut candidate, stable);
+        if let Err((_, message)) = self.serve(&mut candidate, target) {
+            return self.canary_waits(&mut c, reason::CANARY_TARGET_INVALID, message);
+        }
         let mut copy = serde_json::to_value(target).expect("a Deployment serializes");
         if let Err(missing) = candidate.deployment.apply_to(&mut copy) {
             return self.canary_waits(&mut c, reason::CANARY_TARGET_INVALID, missing.to_string());
@@ -890,6 +893,9 @@ impl Step<'_> {
         }
         let mut follow = self.canary_plan(&last, canary);
         self.share_snapshot(&mut follow, stable);
+        if self.serve(&mut follow, target).is_err() {
+            return;
+        }
         let mut copy = serde_json::to_value(target).expect("a Deployment serializes");
         if follow.deployment.apply_to(&mut copy).is_err() {
             return;

@@ -263,6 +263,10 @@ pub mod reason {
     /// declares none and no httpGet probe names one. Nothing is written
     /// until it does, since no gated pod could ever become Ready.
     pub const QUALITY_GATE_PORT_UNKNOWN: &str = "QualityGatePortUnknown";
+    /// The target's served set (`OPENMED_SERVICE_SERVED_MODELS`) cannot
+    /// answer the version: read from a ConfigMap or Secret, or applied by
+    /// another tool without it. Nothing is written until it can.
+    pub const SERVED_SET_REFUSED: &str = "ServedSetRefused";
 }
 
 /// The `action` of an `events.k8s.io/v1` Event: what the operator was doing

@@ -29,6 +29,7 @@ pub mod quality;
 mod release;
 mod resource;
 pub mod route;
+mod serving;
 
 use std::time::Duration;
 
@@ -369,9 +370,20 @@ impl<'a> Step<'a> {
             return self.blocked(why, message);
         }
         let target = obs.target.expect("checked above");
+        // Pods that would refuse the version's name are refused before a
+        // canary starts or a pod is replaced.
+        if let Err((why, message)) = self.serve(&mut wanted, target) {
+            let canaries = self.canary_deployments(canary);
+            self.release_stale(&wanted, &canaries);
+            self.end_canary_blocked(&message);
+            return self.blocked(why, message);
+        }
         let part = self.canary_part(canary, &desired, mode);
         if let canary::Part::Hold(stable) = &part {
             wanted = (**stable).clone();
+            if let Err((why, message)) = self.serve(&mut wanted, target) {
+                return self.blocked(why, message);
+            }
         }
         let canaries = self.canary_deployments(canary);
         self.release_stale(&wanted, &canaries);
@@ -439,12 +451,15 @@ impl<'a> Step<'a> {
         }
     }
 
-    /// Adapts the plan to what the target already is: a template written
+    /// Adapts the plan to what the target already is: its served set
+    /// ([`Step::serve`]); a template written
     /// before snapshots that reads the pointer holding this very manifest
     /// keeps that reference (an upgrade restarts no pod; the next version
     /// moves it to a snapshot), and the manifest ConfigMaps get the
     /// Deployment as a second owner.
     fn fit_to_target(&self, wanted: &mut Plan, target: &Deployment) {
+        // A refusal was said before anything was decided (`reconcile`).
+        let _ = self.serve(wanted, target);
         let pointer = wanted.config_map.metadata.name.clone().unwrap_or_default();
         let template = serde_json::to_value(target).expect("a Deployment serializes");
         let hash = template

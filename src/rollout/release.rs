@@ -38,12 +38,10 @@ impl Step<'_> {
         let name = deployment.metadata.name.clone().unwrap_or_default();
         let observed = serde_json::to_value(deployment).expect("a Deployment serializes");
         let container = preload_container(&observed);
-        let fields = DeploymentFields::released(
-            &r.namespace,
-            &name,
-            container.as_deref().unwrap_or_default(),
-            &observed,
-        );
+        let container_name = container.as_deref().unwrap_or_default();
+        let served = self.served_after_release(&observed, container_name);
+        let fields =
+            DeploymentFields::released(&r.namespace, &name, container_name, &observed, served);
         let mut body = fields.apply_body();
         if container.is_none() {
             // No container carries our variable any more: release only the

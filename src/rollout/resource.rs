@@ -39,6 +39,14 @@ pub struct ResourceView {
 }
 
 impl ResourceView {
+    /// `spec.version` as written, valid or not.
+    pub fn spec_version(&self) -> Option<String> {
+        self.spec
+            .get("version")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
     /// Reads metadata, the raw spec and the status.
     pub fn new(metadata: &ObjectMeta, spec: Value, status: Option<&Value>) -> Self {
         ResourceView {

@@ -16,6 +16,7 @@ use crate::api::names::{
 };
 
 mod canary;
+mod served;
 
 const UID: &str = "uid-1";
 

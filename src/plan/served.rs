@@ -1,0 +1,354 @@
+//! The service's served set: which model names a pod answers.
+//!
+//! The stock OpenMed service answers a request only for a name in its
+//! served set: `OPENMED_SERVICE_SERVED_MODELS` when the container sets it,
+//! else its two default ids plus what it preloaded. Any other name gets 422
+//! `model_not_served`. So a pod that preloads only the new version refuses
+//! every client still naming the old one, and a Deployment that lists its
+//! served set by hand refuses the new version once the bump is done.
+//!
+//! The operator therefore writes the variable beside the preload pointer,
+//! expand then contract: a template serves the version it preloads and the
+//! one retained version clients were using before it ([`model_entries`]).
+//! A bump's new pods answer both the old and the new name; an automatic
+//! rollback's pods answer the version they restore and the one before it,
+//! exactly the template that version had; a manual rollback's pods answer
+//! the version they restore and the one they replace. A version leaves the
+//! set with the next template that no longer retains it, so the set
+//! contracts as pods roll anyway, never by a restart of its own.
+//!
+//! Entries the container already lists that are not versions of this model
+//! are someone else's, and stay, after the model's own. A set read from a
+//! ConfigMap or Secret cannot be edited in place: that is refused before any
+//! pod is replaced ([`Refusal`]).
+
+use serde_json::Value;
+
+use crate::api::names::SERVED_ENV;
+
+/// How the container declares its served set today.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Declared {
+    /// No `OPENMED_SERVICE_SERVED_MODELS`: the service's defaults and what
+    /// it preloaded.
+    Absent,
+    /// A literal value: its entries, in order, blanks dropped.
+    Listed(Vec<String>),
+    /// `valueFrom` a ConfigMap, Secret or field: not ours to edit.
+    Referenced(String),
+}
+
+/// The served set cannot be managed on this container.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "container {container:?} takes {SERVED_ENV} from {origin}, which the operator cannot add this model's versions to: pods would refuse every client naming a version outside it. Set the variable as a literal value (the operator keeps its other entries) or remove it"
+)]
+pub struct Refusal {
+    /// The container.
+    pub container: String,
+    /// Where the value comes from, e.g. `ConfigMap team-config`.
+    pub origin: String,
+}
+
+/// How `container` of a Deployment (as JSON) declares its served set;
+/// `None` when there is no such container.
+pub fn declared(deployment: &Value, container: &str) -> Option<Declared> {
+    let container = deployment
+        .pointer("/spec/template/spec/containers")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("name").and_then(Value::as_str) == Some(container))?;
+    let Some(entry) = container
+        .get("env")
+        .and_then(Value::as_array)
+        .and_then(|env| {
+            env.iter()
+                .find(|e| e.get("name").and_then(Value::as_str) == Some(SERVED_ENV))
+        })
+    else {
+        return Some(Declared::Absent);
+    };
+    if let Some(from) = entry.get("valueFrom").filter(|v| !v.is_null()) {
+        return Some(Declared::Referenced(reference_name(from)));
+    }
+    let value = entry.get("value").and_then(Value::as_str).unwrap_or("");
+    Some(Declared::Listed(split(value)))
+}
+
+/// The field manager other than `ours` that keeps the container's served
+/// set by server-side apply (a GitOps tool applying the Deployment from
+/// Git), read from `metadata.managedFields`. Such a manager puts its own
+/// value back at every apply: writing over it would restart the pods at
+/// each of its passes, so its value is the set and the operator only
+/// checks it.
+pub fn kept_by(deployment: &Value, container: &str, ours: &str) -> Option<String> {
+    let container_key = format!("k:{}", serde_json::json!({ "name": container }));
+    let env_key = format!("k:{}", serde_json::json!({ "name": SERVED_ENV }));
+    deployment
+        .pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .filter(|m| m.get("operation").and_then(Value::as_str) == Some("Apply"))
+        .filter(|m| m.get("manager").and_then(Value::as_str) != Some(ours))
+        .find(|m| {
+            m.get("fieldsV1")
+                .and_then(|f| f.get("f:spec"))
+                .and_then(|f| f.get("f:template"))
+                .and_then(|f| f.get("f:spec"))
+                .and_then(|f| f.get("f:containers"))
+                .and_then(|f| f.get(&container_key))
+                .and_then(|f| f.get("f:env"))
+                .and_then(|f| f.get(&env_key))
+                .and_then(|f| f.get("f:value"))
+                .is_some()
+        })
+        .and_then(|m| m.get("manager").and_then(Value::as_str))
+        .map(str::to_owned)
+}
+
+/// The entries of a served-set value, as the service reads them.
+pub fn split(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn reference_name(from: &Value) -> String {
+    let named = |key: &str, kind: &str| {
+        from.get(key).map(|r| {
+            let name = r.get("name").and_then(Value::as_str).unwrap_or("?");
+            format!("{kind} {name}")
+        })
+    };
+    named("configMapKeyRef", "ConfigMap")
+        .or_else(|| named("secretKeyRef", "Secret"))
+        .unwrap_or_else(|| "a reference".to_owned())
+}
+
+/// The model's own entries for a template preloading `version`: that
+/// version, then the first of the retained versions (`last`, then
+/// `previous` successful) that is another one. Names the service would
+/// refuse as served ids are left out: it refuses to start with one listed.
+pub fn model_entries(version: &str, retained: [Option<&str>; 2]) -> Vec<String> {
+    let other = retained.into_iter().flatten().find(|v| *v != version);
+    [Some(version), other]
+        .into_iter()
+        .flatten()
+        .filter(|v| is_served_name(v))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The value to write: the model's entries, then the declared entries that
+/// are not versions of this model (`known`), in their order. `None` when
+/// there is nothing to write: nothing declared and no entry of ours (a
+/// version that is a path, not an id).
+pub fn value(
+    model: &[String],
+    declared: &Declared,
+    known: &[&str],
+    container: &str,
+) -> Result<Option<String>, Refusal> {
+    let others: Vec<&String> = match declared {
+        Declared::Referenced(source) => {
+            return Err(Refusal {
+                container: container.to_owned(),
+                origin: source.clone(),
+            });
+        }
+        Declared::Absent if model.is_empty() => return Ok(None),
+        Declared::Absent => Vec::new(),
+        Declared::Listed(entries) => entries
+            .iter()
+            .filter(|e| !known.contains(&e.as_str()) && !model.contains(e))
+            .collect(),
+    };
+    let mut out: Vec<&str> = Vec::new();
+    for entry in model.iter().chain(others) {
+        if !out.contains(&entry.as_str()) {
+            out.push(entry);
+        }
+    }
+    Ok(Some(out.join(",")))
+}
+
+/// True when the service accepts `name` in its served set (its own
+/// `_is_served_identifier`: `model` or `org/model`, each part starting with
+/// a letter, digit or `_`, then letters, digits, `_`, `.`, `-`; no `..`).
+/// A test holds this to the service's function on the same inputs.
+pub fn is_served_name(name: &str) -> bool {
+    let part = |p: &str| {
+        let mut bytes = p.bytes();
+        bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    };
+    let parts_ok = match name.split_once('/') {
+        None => part(name),
+        Some((org, model)) => part(org) && part(model),
+    };
+    parts_ok && !name.contains("..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(env: Value) -> Value {
+        json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "sidecar", "env": [{"name": SERVED_ENV, "value": "elsewhere"}]},
+            {"name": "openmed-service", "env": env},
+        ]}}}})
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_container_says_how_it_declares_its_set() {
+        let d = deployment(json!([{"name": "OTHER", "value": "x"}]));
+        assert_eq!(declared(&d, "openmed-service"), Some(Declared::Absent));
+        let d = deployment(json!([{"name": SERVED_ENV, "value": " a/b, ,c "}]));
+        assert_eq!(
+            declared(&d, "openmed-service"),
+            Some(Declared::Listed(strings(&["a/b", "c"])))
+        );
+        // The API server drops an empty value: an empty list.
+        let d = deployment(json!([{"name": SERVED_ENV}]));
+        assert_eq!(
+            declared(&d, "openmed-service"),
+            Some(Declared::Listed(vec![]))
+        );
+        let d = deployment(json!([{"name": SERVED_ENV,
+            "valueFrom": {"configMapKeyRef": {"name": "team", "key": "served"}}}]));
+        assert_eq!(
+            declared(&d, "openmed-service"),
+            Some(Declared::Referenced("ConfigMap team".into()))
+        );
+        let d = deployment(json!([{"name": SERVED_ENV,
+            "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]));
+        assert_eq!(
+            declared(&d, "openmed-service"),
+            Some(Declared::Referenced("Secret s".into()))
+        );
+        assert_eq!(declared(&d, "missing"), None);
+    }
+
+    #[test]
+    fn a_template_serves_its_version_and_the_retained_one_clients_used() {
+        // First rollout: nothing retained.
+        assert_eq!(model_entries("O/v1", [None, None]), strings(&["O/v1"]));
+        // A bump from v1 (last) while v0 is the previous: v0 leaves.
+        assert_eq!(
+            model_entries("O/v2", [Some("O/v1"), Some("O/v0")]),
+            strings(&["O/v2", "O/v1"])
+        );
+        // Once v2 succeeded (last v2, previous v1): the same set, so the
+        // status catching up restarts nothing.
+        assert_eq!(
+            model_entries("O/v2", [Some("O/v2"), Some("O/v1")]),
+            strings(&["O/v2", "O/v1"])
+        );
+        // An automatic rollback to v1 (last v1, previous v0): v1's own
+        // template again.
+        assert_eq!(
+            model_entries("O/v1", [Some("O/v1"), Some("O/v0")]),
+            strings(&["O/v1", "O/v0"])
+        );
+        // A manual rollback to v0 from v1: both, before and after the
+        // status swaps them.
+        assert_eq!(
+            model_entries("O/v0", [Some("O/v1"), Some("O/v0")]),
+            strings(&["O/v0", "O/v1"])
+        );
+        assert_eq!(
+            model_entries("O/v0", [Some("O/v0"), Some("O/v1")]),
+            strings(&["O/v0", "O/v1"])
+        );
+        // A version that is a path in the image is no served name.
+        assert_eq!(
+            model_entries("/models/pii", [Some("O/v1"), None]),
+            strings(&["O/v1"])
+        );
+    }
+
+    #[test]
+    fn other_entries_stay_after_the_models_own_and_old_versions_leave() {
+        let model = strings(&["O/v2", "O/v1"]);
+        let known = ["O/v2", "O/v1", "O/v0"];
+        assert_eq!(
+            value(&model, &Declared::Absent, &known, "c").unwrap(),
+            Some("O/v2,O/v1".into())
+        );
+        let listed = Declared::Listed(strings(&["team/ner", "O/v1", "O/v0", "team/ner"]));
+        assert_eq!(
+            value(&model, &listed, &known, "c").unwrap(),
+            Some("O/v2,O/v1,team/ner".into())
+        );
+        // Writing the value again gives the same value.
+        let again = Declared::Listed(strings(&["O/v2", "O/v1", "team/ner"]));
+        assert_eq!(
+            value(&model, &again, &known, "c").unwrap(),
+            Some("O/v2,O/v1,team/ner".into())
+        );
+        assert_eq!(value(&[], &Declared::Absent, &known, "c").unwrap(), None);
+        assert_eq!(
+            value(&[], &Declared::Listed(vec![]), &known, "c").unwrap(),
+            Some(String::new())
+        );
+    }
+
+    #[test]
+    fn a_set_read_from_elsewhere_is_refused_with_its_source() {
+        let refused = value(
+            &strings(&["O/v2"]),
+            &Declared::Referenced("ConfigMap team".into()),
+            &[],
+            "openmed-service",
+        )
+        .unwrap_err();
+        let text = refused.to_string();
+        assert!(text.contains("ConfigMap team"), "{text}");
+        assert!(text.contains(SERVED_ENV), "{text}");
+    }
+
+    #[test]
+    fn a_set_another_applier_keeps_is_found_in_the_managed_fields() {
+        let fields = |manager: &str, operation: &str| {
+            json!({"manager": manager, "operation": operation, "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+                "k:{\"name\":\"openmed-service\"}": {"f:env": {
+                    "k:{\"name\":\"OPENMED_SERVICE_SERVED_MODELS\"}": {".": {}, "f:name": {}, "f:value": {}}}}}}}}}})
+        };
+        let with = |managers: Vec<Value>| json!({"metadata": {"managedFields": managers}});
+        let d = with(vec![
+            fields("openmed-operator", "Apply"),
+            fields("kubectl-edit", "Update"),
+        ]);
+        assert_eq!(kept_by(&d, "openmed-service", "openmed-operator"), None);
+        let d = with(vec![fields("kustomize-controller", "Apply")]);
+        assert_eq!(
+            kept_by(&d, "openmed-service", "openmed-operator").as_deref(),
+            Some("kustomize-controller")
+        );
+        assert_eq!(kept_by(&d, "sidecar", "openmed-operator"), None);
+        assert_eq!(kept_by(&json!({}), "openmed-service", "x"), None);
+    }
+
+    #[test]
+    fn served_names_follow_the_services_rule() {
+        for ok in ["pii", "OpenMed/pii-v2", "_x/y.z", "a-b/c.d_e"] {
+            assert!(is_served_name(ok), "{ok}");
+        }
+        for bad in [
+            "", "/x", "x/", "a/b/c", ".x", "-x", "o/.x", "a..b", "o/p:v2", "o/p@sha", "a b",
+        ] {
+            assert!(!is_served_name(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The served set of each template the operator writes ([`plan::served`]):
+//! filled in from the Deployment it goes to and the versions the resource
+//! retains, or refused before any pod is replaced.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use serde_json::Value;
+
+use super::{MANIFEST_HASH_ANNOTATION, Step, reason};
+use crate::api::names::FIELD_MANAGER;
+use crate::plan::{Plan, served};
+
+impl Step<'_> {
+    /// Sets `plan`'s served set for `target`, or says why it cannot be
+    /// managed there (reason, message).
+    ///
+    /// A template that already preloads this manifest and lists no set
+    /// keeps none: adopting a Deployment, or upgrading from an operator
+    /// that did not write it, restarts no pod; the next version brings it.
+    pub(super) fn serve(
+        &self,
+        plan: &mut Plan,
+        target: &Deployment,
+    ) -> Result<(), (&'static str, String)> {
+        let observed = serde_json::to_value(target).expect("a Deployment serializes");
+        let container = plan.deployment.container.clone();
+        let Some(declared) = served::declared(&observed, &container) else {
+            // No such container: the target check says so.
+            return Ok(());
+        };
+        let version = plan.normalized.version.clone();
+        let template_hash = observed
+            .pointer("/spec/template/metadata/annotations")
+            .and_then(|a| a.get(MANIFEST_HASH_ANNOTATION))
+            .and_then(Value::as_str);
+        if declared == served::Declared::Absent && template_hash == Some(&plan.manifest_hash) {
+            return Ok(());
+        }
+        let name = target.metadata.name.clone().unwrap_or_default();
+        if let Some(keeper) = served::kept_by(&observed, &container, FIELD_MANAGER) {
+            // Another applier's value is the set; it must answer the
+            // version this template preloads.
+            let listed = match &declared {
+                served::Declared::Listed(entries) => entries.clone(),
+                _ => Vec::new(),
+            };
+            if served::is_served_name(&version) && !listed.contains(&version) {
+                return Err((
+                    reason::SERVED_SET_REFUSED,
+                    format!(
+                        "Deployment {name}: {} of container {container:?} is applied by {keeper} and does not list {version}: its pods would refuse every request naming it. Add {version} to it (and the version clients use now), or leave the variable out of what {keeper} applies: the operator then writes this model's versions and keeps the other entries",
+                        crate::api::names::SERVED_ENV
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        let model = served::model_entries(&version, self.retained_versions());
+        let known = self.known_versions(&version);
+        let known: Vec<&str> = known.iter().map(String::as_str).collect();
+        plan.deployment.served =
+            served::value(&model, &declared, &known, &container).map_err(|refusal| {
+                (
+                    reason::SERVED_SET_REFUSED,
+                    format!("Deployment {name}: {refusal}"),
+                )
+            })?;
+        Ok(())
+    }
+
+    /// What a released Deployment's served set keeps: the entries that are
+    /// not this model's versions, when the operator holds the variable.
+    pub(super) fn served_after_release(&self, observed: &Value, container: &str) -> Option<String> {
+        if served::kept_by(observed, container, FIELD_MANAGER).is_some() {
+            return None;
+        }
+        let served::Declared::Listed(entries) = served::declared(observed, container)? else {
+            return None;
+        };
+        let known = self.known_versions("");
+        let others: Vec<&str> = entries
+            .iter()
+            .map(String::as_str)
+            .filter(|e| !known.iter().any(|k| k == e))
+            .collect();
+        (!others.is_empty()).then(|| others.join(","))
+    }
+
+    /// The retained versions, the last successful one first.
+    fn retained_versions(&self) -> [Option<&str>; 2] {
+        [
+            self.status.last_successful_spec.as_ref(),
+            self.status.previous_successful_spec.as_ref(),
+        ]
+        .map(|s| s.map(|s| s.version.as_str()))
+    }
+
+    /// Every version of this model the status knows, and `version`: the
+    /// entries of a served set that are the model's own.
+    fn known_versions(&self, version: &str) -> Vec<String> {
+        let s = &self.status;
+        let specs = [
+            &s.last_successful_spec,
+            &s.previous_successful_spec,
+            &s.rollback_spec,
+        ];
+        let mut known: Vec<String> = specs
+            .into_iter()
+            .flatten()
+            .map(|spec| spec.version.clone())
+            .chain(s.desired_version.clone())
+            .chain(s.active_version.clone())
+            .chain(self.obs.resource.spec_version())
+            .collect();
+        if !version.is_empty() {
+            known.push(version.to_owned());
+        }
+        known
+    }
+}
