@@ -36,6 +36,10 @@ pub mod rule {
     pub const CANARY_WEIGHT_NOT_ZERO: &str = "CanaryWeightNotZero";
     /// A Service of the route selects the other Deployment's pods too.
     pub const SERVICE_SELECTS_BOTH: &str = "ServiceSelectsBoth";
+    /// The target container takes its served set from a ConfigMap or
+    /// Secret: the model's versions cannot be added to it, so its pods
+    /// would refuse every client naming a new version.
+    pub const SERVED_SET_REFERENCED: &str = "ServedSetReferenced";
 }
 
 /// One OpenMedModel of the set, valid and planned.
@@ -253,12 +257,33 @@ pub fn resolve_each(
                 ok = false;
             }
         }
-        let canary = spec.canary.as_ref().map(|c| CanaryModel {
+        let pointer_version = config_map_doc.and_then(|c| {
+            docs[c]
+                .value
+                .pointer("/data")
+                .and_then(|d| d.get(api::names::PRELOAD_ENV))
+                .and_then(Value::as_str)
+        });
+        let mut plan = plan;
+        if let Some(t) = target_doc
+            && let Err(finding) = serve(&docs[t], &mut plan, pointer_version, &display)
+        {
+            findings.push(finding);
+            ok = false;
+        }
+        let mut canary = spec.canary.as_ref().map(|c| CanaryModel {
             spec: c.clone(),
             plan: plan::canary_plan(&id, &plan.normalized, c),
             target_doc: index.deployment(&namespace, &c.target_ref.name),
             route_doc: index.route(&namespace, &c.traffic_ref.http_route),
         });
+        if let Some(c) = &mut canary
+            && let Some(t) = c.target_doc
+            && let Err(finding) = serve(&docs[t], &mut c.plan, pointer_version, &display)
+        {
+            findings.push(finding.field("spec.canary.targetRef.containerName"));
+            ok = false;
+        }
         if let Some(c) = &canary {
             let found = check_canary(docs, &index, doc, &display, &namespace, &plan, c);
             ok &= found.is_empty();
@@ -288,6 +313,43 @@ pub fn resolve_each(
         }
     }
     findings
+}
+
+/// Sets the served set `plan` writes on `target` (a Deployment of the
+/// set), or says why it cannot be managed there.
+fn serve(
+    target: &Document,
+    plan: &mut Plan,
+    pointer_version: Option<&str>,
+    display: &str,
+) -> Result<(), Finding> {
+    let container = plan.deployment.container.clone();
+    match plan::served::rendered(
+        &target.value,
+        &container,
+        &plan.normalized.version,
+        &plan.manifest_hash,
+        pointer_version,
+    ) {
+        Ok(set) => {
+            plan.deployment.served = set.as_ref().map(|s| s.value.clone());
+            plan.deployment.served_versions = set.map(|s| s.versions);
+            Ok(())
+        }
+        Err(refusal) => {
+            let path = plan::served::entry_path(&target.value, &container).unwrap_or_default();
+            Err(Finding::error(
+                &target.at(&path),
+                rule::SERVED_SET_REFERENCED,
+                format!(
+                    "Deployment {}: {refusal}",
+                    target.name().unwrap_or("<unnamed>")
+                ),
+            )
+            .resource(display)
+            .field("spec.targetRef.containerName"))
+        }
+    }
 }
 
 /// What the set says against a canary: the canary Deployment, the route

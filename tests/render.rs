@@ -342,6 +342,79 @@ fn a_missing_container_is_a_finding_listing_the_containers() {
     assert!(err.contains("it has: sidecar, openmed-service"), "{err}");
 }
 
+/// The served set of the `openmed-service` container in a rendered stream.
+fn served_in(text: &str) -> (String, String) {
+    let output = docs(text);
+    let deployment = output.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let env = deployment["spec"]["template"]["spec"]["containers"][1]["env"]
+        .as_array()
+        .unwrap();
+    let value = env
+        .iter()
+        .find(|e| e["name"] == "OPENMED_SERVICE_SERVED_MODELS")
+        .map(|e| e["value"].as_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let versions = deployment["metadata"]["annotations"]["openmed.ai/served-versions"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (value, versions)
+}
+
+#[test]
+fn a_bump_rendered_over_the_last_render_serves_the_old_and_the_new_name() {
+    const DEFAULTS: &str =
+        "disease_detection_superclinical,OpenMed/OpenMed-PII-SuperClinical-Small-44M-v1";
+    // v2 over a Deployment that preloaded v1 by hand.
+    let first = openmed_op(&["render", "-"], Some(&format!("{DEPLOYMENT}---\n{MODEL}")));
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let first = stdout(&first);
+    assert_eq!(
+        served_in(&first),
+        (
+            format!("OpenMed/pii-v2,OpenMed/pii-v1,{DEFAULTS}"),
+            "OpenMed/pii-v2,OpenMed/pii-v1".to_owned()
+        ),
+        "clients naming v1, or no model, are answered by the new pods"
+    );
+    // Rendering the output again changes nothing.
+    let again = openmed_op(&["render", "-"], Some(&first));
+    assert_eq!(stdout(&again), first);
+    // The next bump, over what Git now holds: v1 leaves the set.
+    let next = openmed_op(
+        &["render", "-"],
+        Some(&first.replace("version: OpenMed/pii-v2", "version: OpenMed/pii-v3")),
+    );
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    assert_eq!(
+        served_in(&stdout(&next)),
+        (
+            format!("OpenMed/pii-v3,OpenMed/pii-v2,{DEFAULTS}"),
+            "OpenMed/pii-v3,OpenMed/pii-v2".to_owned()
+        )
+    );
+}
+
+#[test]
+fn a_served_set_read_from_a_config_map_is_refused_with_its_line() {
+    let deployment = DEPLOYMENT.replace(
+        "        - name: LAST\n",
+        "        - name: OPENMED_SERVICE_SERVED_MODELS\n          valueFrom:\n            configMapKeyRef: {name: team-models, key: served}\n        - name: LAST\n",
+    );
+    let dir = temp_dir(&[("all.yaml", &format!("{deployment}---\n{MODEL}"))]);
+    let out = openmed_op(&["render", dir.path().to_str().unwrap()], None);
+    refused(&out, 1, "error[ServedSetReferenced]");
+    let err = stderr(&out);
+    // The entry's line in the Deployment's file.
+    let line = deployment
+        .lines()
+        .position(|l| l.contains("name: OPENMED_SERVICE_SERVED_MODELS"))
+        .unwrap()
+        + 1;
+    assert!(err.contains(&format!("all.yaml:{line}:")), "{err}");
+    assert!(err.contains("ConfigMap team-models"), "{err}");
+}
+
 #[test]
 fn the_progress_deadline_is_checked_against_the_target_in_the_input() {
     let model = MODEL.replace(
@@ -1047,15 +1120,16 @@ fn a_large_mixed_input_renders_the_same_bytes_as_before() {
     // Digests of what render printed at commit c6397c4, when it still held
     // its whole output before printing it. A change to how the output is
     // produced must not change a byte; a change to what it says must be
-    // deliberate, with the new digests (the failure shows them).
+    // deliberate, with the new digests (the failure shows them): the
+    // served set each Deployment now lists changed them once.
     for (args, expected) in [
         (
             &["render", path][..],
-            "fa306371dcbb3ba922a9c637e0c0677b5b76212b6278bba522abe0726fc74f96",
+            "6087ebfdad38b008d96947cbe209a00f824af23b939699ea2b8f485e95c2473d",
         ),
         (
             &["render", "-o", "json", path],
-            "6d460e3c1145bba48321ba06d857424e7646a7dafcddf99f9842e71598edb585",
+            "154ecccdb645a315f5fdf242b7076a62694c06128d559ba46ff3a07be98eba29",
         ),
         (
             &["render", "--summary", path],
@@ -1071,7 +1145,7 @@ fn a_large_mixed_input_renders_the_same_bytes_as_before() {
         ),
         (
             &["render", "-n", "elsewhere", path],
-            "405db6f597a269a3d69772df23d9f3c2d899e721a27243223591ac156435325b",
+            "f74f491d3cc518b3f8e3bce4cb5d2658696c914865502f0cf9b7c20910df1865",
         ),
     ] {
         let out = openmed_op(args, None);

@@ -60,6 +60,14 @@ pub const PRELOAD_ENV: &str = "OPENMED_SERVICE_PRELOAD_MODELS";
 /// beside the preload variable (`plan::served`).
 pub const SERVED_ENV: &str = "OPENMED_SERVICE_SERVED_MODELS";
 
+/// Annotation `render` sets on a Deployment whose served set it writes:
+/// the entries of that set that are the model's own versions, first the
+/// one the template preloads. Git has no status to say which entries are
+/// the model's, so the rendered Deployment carries it, and the next render
+/// drops a version that has left the retained pair instead of keeping it
+/// as someone else's name.
+pub const SERVED_VERSIONS_ANNOTATION: &str = "openmed.ai/served-versions";
+
 /// ConfigMap key holding the manifest.
 pub const MANIFEST_KEY: &str = "manifest.json";
 

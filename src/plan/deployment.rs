@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::{ResourceId, TargetOptions};
 use crate::api::names::{
     FIELD_MANAGER, MANIFEST_HASH_ANNOTATION, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
-    OPERATED_BY_LABEL, PRELOAD_ENV, SERVED_ENV,
+    OPERATED_BY_LABEL, PRELOAD_ENV, SERVED_ENV, SERVED_VERSIONS_ANNOTATION,
 };
 use crate::api::quality::QUALITY_CONDITION;
 use crate::api::{OpenMedModelSpec, StrategyType};
@@ -62,6 +62,11 @@ pub struct DeploymentFields {
     /// The container's served set `OPENMED_SERVICE_SERVED_MODELS`, as a
     /// literal value ([`super::served`]); `None` leaves it alone.
     pub served: Option<String>,
+    /// `openmed.ai/served-versions` on the Deployment: which entries of
+    /// `served` are the model's own. Only `render` sets it, on a full
+    /// Deployment ([`Self::apply_to`]); the operator reads its history
+    /// from the resource's status instead.
+    pub served_versions: Option<String>,
     /// The pod template's readiness gate `openmed.ai/model-quality`
     /// (`spec.qualityGate`): a pod is Ready only once the operator has
     /// judged its model.
@@ -129,6 +134,7 @@ impl DeploymentFields {
             // target and the resource's history: the operator and `render`
             // fill it in from what they see (`super::served`).
             served: None,
+            served_versions: None,
         }
     }
 
@@ -168,6 +174,7 @@ impl DeploymentFields {
                 .map(|d| d as i32),
             quality_gate: false,
             served,
+            served_versions: None,
         }
     }
 
@@ -360,6 +367,10 @@ impl DeploymentFields {
             MODEL_RESOURCE_ANNOTATION,
             self.owner.as_deref(),
         );
+        if let Some(versions) = &self.served_versions {
+            object_in(meta, "annotations")
+                .insert(SERVED_VERSIONS_ANNOTATION.into(), json!(versions));
+        }
         drop_if_empty(meta, "annotations");
         let operated_by = self.owner.as_ref().map(|_| FIELD_MANAGER);
         set_or_remove(object_in(meta, "labels"), OPERATED_BY_LABEL, operated_by);

@@ -24,7 +24,9 @@
 
 use serde_json::Value;
 
-use crate::api::names::SERVED_ENV;
+use crate::api::names::{
+    MANIFEST_HASH_ANNOTATION, PRELOAD_ENV, SERVED_ENV, SERVED_VERSIONS_ANNOTATION,
+};
 
 /// How the container declares its served set today.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +144,14 @@ pub fn model_entries(version: &str, retained: [Option<&str>; 2]) -> Vec<String> 
         .collect()
 }
 
+/// The ids the service serves when the variable is not set, beside what it
+/// preloads (its `DEFAULT_SERVED_MODELS`; a request without `model_name`
+/// gets the second). A test holds this to the service's constant.
+pub const SERVICE_DEFAULTS: [&str; 2] = [
+    "disease_detection_superclinical",
+    "OpenMed/OpenMed-PII-SuperClinical-Small-44M-v1",
+];
+
 /// The value to write: the model's entries, then the declared entries that
 /// are not versions of this model (`known`), in their order. `None` when
 /// there is nothing to write: nothing declared and no entry of ours (a
@@ -152,7 +162,7 @@ pub fn value(
     known: &[&str],
     container: &str,
 ) -> Result<Option<String>, Refusal> {
-    let others: Vec<&String> = match declared {
+    let others: Vec<String> = match declared {
         Declared::Referenced(source) => {
             return Err(Refusal {
                 container: container.to_owned(),
@@ -160,14 +170,18 @@ pub fn value(
             });
         }
         Declared::Absent if model.is_empty() => return Ok(None),
-        Declared::Absent => Vec::new(),
+        // What the service served without the variable, less what it
+        // preloaded: a client naming a default id (or no model, which is
+        // the default id) is answered as before.
+        Declared::Absent => SERVICE_DEFAULTS.iter().map(|d| d.to_string()).collect(),
         Declared::Listed(entries) => entries
             .iter()
             .filter(|e| !known.contains(&e.as_str()) && !model.contains(e))
+            .cloned()
             .collect(),
     };
     let mut out: Vec<&str> = Vec::new();
-    for entry in model.iter().chain(others) {
+    for entry in model.iter().chain(&others) {
         if !out.contains(&entry.as_str()) {
             out.push(entry);
         }
@@ -192,6 +206,121 @@ pub fn is_served_name(name: &str) -> bool {
         Some((org, model)) => part(org) && part(model),
     };
     parts_ok && !name.contains("..")
+}
+
+/// What `render` writes for a served set: the value and the model's own
+/// entries in it (the annotation [`SERVED_VERSIONS_ANNOTATION`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedSet {
+    /// `OPENMED_SERVICE_SERVED_MODELS`.
+    pub value: String,
+    /// The model's entries of it, comma-separated.
+    pub versions: String,
+}
+
+/// The served set `render` writes on `container` of a Deployment in its
+/// input (as JSON) for a template preloading `version` (manifest hash
+/// `manifest_hash`), where `pointer_version` is the version the resource's
+/// pointer ConfigMap in the input names (an earlier render's output).
+///
+/// Without a status, the retained version is what the Deployment served
+/// before this change: the first of its recorded versions (an earlier
+/// render's annotation), else the pointer's version, else the version a
+/// literal preload value names (a Deployment no operator managed yet). So a bump rendered
+/// into Git serves the old and the new name, and rendering the output again
+/// changes nothing. `None` leaves the container as it is: no such
+/// container, or a template that already preloads this manifest and
+/// lists no set (nothing to restart a pod for).
+pub fn rendered(
+    deployment: &Value,
+    container: &str,
+    version: &str,
+    manifest_hash: &str,
+    pointer_version: Option<&str>,
+) -> Result<Option<RenderedSet>, Refusal> {
+    let Some(declared) = declared(deployment, container) else {
+        return Ok(None);
+    };
+    let template_hash = deployment
+        .pointer("/spec/template/metadata/annotations")
+        .and_then(|a| a.get(MANIFEST_HASH_ANNOTATION))
+        .and_then(Value::as_str);
+    if declared == Declared::Absent && template_hash == Some(manifest_hash) {
+        return Ok(None);
+    }
+    let recorded: Vec<String> = deployment
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(SERVED_VERSIONS_ANNOTATION))
+        .and_then(Value::as_str)
+        .map(split)
+        .unwrap_or_default();
+    let model = if recorded.first().map(String::as_str) == Some(version) {
+        // Rendered for this version already: the same entries again.
+        recorded
+            .iter()
+            .filter(|v| is_served_name(v))
+            .cloned()
+            .collect()
+    } else {
+        let literal = preloaded_literal(deployment, container);
+        let before = recorded
+            .first()
+            .map(String::as_str)
+            .or(pointer_version)
+            .or(literal.as_deref());
+        model_entries(version, [before, None])
+    };
+    let mut known: Vec<&str> = recorded.iter().map(String::as_str).collect();
+    known.extend(pointer_version);
+    let Some(value) = value(&model, &declared, &known, container)? else {
+        return Ok(None);
+    };
+    Ok(Some(RenderedSet {
+        value,
+        versions: model.join(","),
+    }))
+}
+
+/// The version a container preloads by a literal value of the preload
+/// variable: how a Deployment no operator managed names its model.
+fn preloaded_literal(deployment: &Value, container: &str) -> Option<String> {
+    deployment
+        .pointer("/spec/template/spec/containers")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("name").and_then(Value::as_str) == Some(container))?
+        .get("env")?
+        .as_array()?
+        .iter()
+        .find(|e| e.get("name").and_then(Value::as_str) == Some(PRELOAD_ENV))?
+        .get("value")?
+        .as_str()
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && !v.contains(','))
+        .map(str::to_owned)
+}
+
+/// Where a container's served-set entry is in a Deployment, as a field
+/// path for messages (`spec.template.spec.containers[0].env[2]`).
+pub fn entry_path(deployment: &Value, container: &str) -> Option<String> {
+    let containers = deployment
+        .pointer("/spec/template/spec/containers")?
+        .as_array()?;
+    let (c, found) = containers
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.get("name").and_then(Value::as_str) == Some(container))?;
+    let path = format!("spec.template.spec.containers[{c}]");
+    let env = found.get("env").and_then(Value::as_array);
+    Some(
+        match env.and_then(|env| {
+            env.iter()
+                .position(|e| e.get("name").and_then(Value::as_str) == Some(SERVED_ENV))
+        }) {
+            Some(e) => format!("{path}.env[{e}]"),
+            None => path,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -284,7 +413,7 @@ mod tests {
         let known = ["O/v2", "O/v1", "O/v0"];
         assert_eq!(
             value(&model, &Declared::Absent, &known, "c").unwrap(),
-            Some("O/v2,O/v1".into())
+            Some(format!("O/v2,O/v1,{}", SERVICE_DEFAULTS.join(",")))
         );
         let listed = Declared::Listed(strings(&["team/ner", "O/v1", "O/v0", "team/ner"]));
         assert_eq!(
@@ -350,5 +479,95 @@ mod tests {
         ] {
             assert!(!is_served_name(bad), "{bad}");
         }
+    }
+
+    /// `deployment(env)` as an earlier render left it: its template hash
+    /// and recorded versions.
+    fn rendered_before(env: Value, hash: &str, recorded: Option<&str>) -> Value {
+        let mut d = deployment(env);
+        d["spec"]["template"]["metadata"] =
+            json!({"annotations": {MANIFEST_HASH_ANNOTATION: hash}});
+        if let Some(r) = recorded {
+            d["metadata"] = json!({"annotations": {SERVED_VERSIONS_ANNOTATION: r}});
+        }
+        d
+    }
+
+    fn apply(d: &mut Value, set: &RenderedSet, hash: &str) {
+        let env = d
+            .pointer_mut("/spec/template/spec/containers/1/env")
+            .unwrap();
+        let env = env.as_array_mut().unwrap();
+        env.retain(|e| e["name"] != SERVED_ENV);
+        env.push(json!({"name": SERVED_ENV, "value": set.value}));
+        d["spec"]["template"]["metadata"] =
+            json!({"annotations": {MANIFEST_HASH_ANNOTATION: hash}});
+        d["metadata"] = json!({"annotations": {SERVED_VERSIONS_ANNOTATION: set.versions}});
+    }
+
+    #[test]
+    fn a_rendered_bump_serves_both_names_and_rendering_again_changes_nothing() {
+        // Git before: the Deployment preloads v1 (its pointer says so),
+        // lists no set.
+        let mut d = rendered_before(json!([]), "h1", None);
+        let set = rendered(&d, "openmed-service", "m/v2", "h2", Some("m/v1"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            set.value,
+            format!("m/v2,m/v1,{}", SERVICE_DEFAULTS.join(",")),
+            "what the service answered without a set stays answered"
+        );
+        assert_eq!(set.versions, "m/v2,m/v1");
+        apply(&mut d, &set, "h2");
+        // The output rendered again (its pointer now names v2).
+        let again = rendered(&d, "openmed-service", "m/v2", "h2", Some("m/v2"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, set);
+        // The next bump: v1 leaves, v2 stays beside v3.
+        let next = rendered(&d, "openmed-service", "m/v3", "h3", Some("m/v2"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            next.value,
+            format!("m/v3,m/v2,{}", SERVICE_DEFAULTS.join(","))
+        );
+        assert_eq!(next.versions, "m/v3,m/v2");
+    }
+
+    #[test]
+    fn a_rendered_set_keeps_the_users_names_after_the_models() {
+        let d = rendered_before(
+            json!([{"name": SERVED_ENV, "value": "team/ner,m/v1"}]),
+            "h1",
+            None,
+        );
+        let set = rendered(&d, "openmed-service", "m/v2", "h2", Some("m/v1"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(set.value, "m/v2,m/v1,team/ner");
+        assert_eq!(set.versions, "m/v2,m/v1");
+    }
+
+    #[test]
+    fn render_leaves_an_adopted_template_alone_and_refuses_a_reference() {
+        let d = rendered_before(json!([]), "h1", None);
+        assert_eq!(
+            rendered(&d, "openmed-service", "m/v1", "h1", Some("m/v1")),
+            Ok(None)
+        );
+        assert_eq!(rendered(&d, "no-such", "m/v2", "h2", None), Ok(None));
+        let d = rendered_before(
+            json!([{"name": SERVED_ENV, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+            "h1",
+            None,
+        );
+        let refusal = rendered(&d, "openmed-service", "m/v2", "h2", None).unwrap_err();
+        assert_eq!(refusal.origin, "Secret s");
+        assert_eq!(
+            entry_path(&d, "openmed-service").as_deref(),
+            Some("spec.template.spec.containers[1].env[0]")
+        );
     }
 }
