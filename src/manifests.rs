@@ -266,7 +266,7 @@ pub fn resolve_each(
         });
         let mut plan = plan;
         if let Some(t) = target_doc
-            && let Err(finding) = serve(&docs[t], &mut plan, pointer_version, &display)
+            && let Some(finding) = serve(&docs[t], &mut plan, pointer_version, &display)
         {
             findings.push(finding);
             ok = false;
@@ -279,7 +279,7 @@ pub fn resolve_each(
         });
         if let Some(c) = &mut canary
             && let Some(t) = c.target_doc
-            && let Err(finding) = serve(&docs[t], &mut c.plan, pointer_version, &display)
+            && let Some(finding) = serve(&docs[t], &mut c.plan, pointer_version, &display)
         {
             findings.push(finding.field("spec.canary.targetRef.containerName"));
             ok = false;
@@ -316,13 +316,13 @@ pub fn resolve_each(
 }
 
 /// Sets the served set `plan` writes on `target` (a Deployment of the
-/// set), or says why it cannot be managed there.
+/// set), or returns why it cannot be managed there.
 fn serve(
     target: &Document,
     plan: &mut Plan,
     pointer_version: Option<&str>,
     display: &str,
-) -> Result<(), Finding> {
+) -> Option<Finding> {
     let container = plan.deployment.container.clone();
     match plan::served::rendered(
         &target.value,
@@ -334,20 +334,22 @@ fn serve(
         Ok(set) => {
             plan.deployment.served = set.as_ref().map(|s| s.value.clone());
             plan.deployment.served_versions = set.map(|s| s.versions);
-            Ok(())
+            None
         }
         Err(refusal) => {
             let path = plan::served::entry_path(&target.value, &container).unwrap_or_default();
-            Err(Finding::error(
-                &target.at(&path),
-                rule::SERVED_SET_REFERENCED,
-                format!(
-                    "Deployment {}: {refusal}",
-                    target.name().unwrap_or("<unnamed>")
-                ),
+            Some(
+                Finding::error(
+                    &target.at(&path),
+                    rule::SERVED_SET_REFERENCED,
+                    format!(
+                        "Deployment {}: {refusal}",
+                        target.name().unwrap_or("<unnamed>")
+                    ),
+                )
+                .resource(display)
+                .field("spec.targetRef.containerName"),
             )
-            .resource(display)
-            .field("spec.targetRef.containerName"))
         }
     }
 }
