@@ -806,3 +806,99 @@ fn a_bound_on_a_label_the_probe_set_lacks_is_an_error_at_its_line() {
         rule::QUALITY_GATE_LABEL,
     );
 }
+
+// The served set -------------------------------------------------------------
+
+/// `svc` at `version` beside its Deployment, whose container lists
+/// `served` as its served set.
+fn served_tree(version: &str, served: &str) -> String {
+    format!(
+        "{}---\n{}",
+        model("svc", version).yaml(),
+        target(&format!(
+            "          env:\n            - name: OPENMED_SERVICE_SERVED_MODELS\n              value: {served}\n"
+        ))
+    )
+}
+
+#[test]
+fn a_listed_served_set_without_the_version_is_an_error_at_its_entry() {
+    let text = served_tree("OpenMed/pii-v2", "OpenMed/pii-v1,team/ner");
+    let findings = case(parse_stream("m.yaml", &text).unwrap()).findings();
+    let f = only(&findings, rule::SERVED_SET_LACKS_VERSION);
+    assert_eq!(f.severity, Severity::Error);
+    assert_eq!(f.location.document, 2, "the Deployment, second");
+    let lines: Vec<&str> = text.lines().collect();
+    let line = f.location.line.expect("a line");
+    assert!(
+        lines[line - 1].contains("OPENMED_SERVICE_SERVED_MODELS"),
+        "{line}: {}",
+        lines[line - 1]
+    );
+    assert_eq!(
+        f.field.as_deref(),
+        Some("spec.template.spec.containers[0].env[0]")
+    );
+    assert!(
+        f.message.contains("without OpenMed/pii-v2"),
+        "{}",
+        f.message
+    );
+    // Listed, it is fine; so is no set at all (the operator writes it).
+    let listed = served_tree("OpenMed/pii-v2", "OpenMed/pii-v2,OpenMed/pii-v1");
+    none(
+        &case(parse_stream("m.yaml", &listed).unwrap()).findings(),
+        rule::SERVED_SET_LACKS_VERSION,
+    );
+    let absent = format!(
+        "{}---\n{}",
+        model("svc", "OpenMed/pii-v2").yaml(),
+        target("")
+    );
+    none(
+        &case(parse_stream("m.yaml", &absent).unwrap()).findings(),
+        rule::SERVED_SET_LACKS_VERSION,
+    );
+}
+
+#[test]
+fn a_served_set_that_drops_the_running_version_is_a_warning_with_status() {
+    let text = served_tree("OpenMed/pii-v2", "OpenMed/pii-v2");
+    let mut status = retained("OpenMed/pii-v1", None);
+    status.active_version = Some("OpenMed/pii-v1".into());
+    let findings = case(parse_stream("m.yaml", &text).unwrap())
+        .status("svc", status.clone())
+        .findings();
+    let f = only(&findings, rule::SERVED_SET_DROPS_RUNNING);
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(
+        f.message.contains("without OpenMed/pii-v1"),
+        "{}",
+        f.message
+    );
+    let kept = served_tree("OpenMed/pii-v2", "OpenMed/pii-v2,OpenMed/pii-v1");
+    none(
+        &case(parse_stream("m.yaml", &kept).unwrap())
+            .status("svc", status)
+            .findings(),
+        rule::SERVED_SET_DROPS_RUNNING,
+    );
+}
+
+#[test]
+fn a_served_set_read_from_a_secret_is_an_error() {
+    let text = format!(
+        "{}---\n{}",
+        model("svc", "OpenMed/pii-v2").yaml(),
+        target(
+            "          env:\n            - name: OPENMED_SERVICE_SERVED_MODELS\n              valueFrom: {secretKeyRef: {name: models, key: served}}\n"
+        )
+    );
+    let findings = case(parse_stream("m.yaml", &text).unwrap()).findings();
+    let f = only(
+        &findings,
+        openmed_op::manifests::rule::SERVED_SET_REFERENCED,
+    );
+    assert_eq!(f.severity, Severity::Error);
+    assert!(f.message.contains("Secret models"), "{}", f.message);
+}

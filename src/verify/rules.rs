@@ -56,6 +56,13 @@ pub mod rule {
     /// A `minRecall` key that matches no label of the probe set in the
     /// input: it bounds nothing, and the operator refuses the spec.
     pub const QUALITY_GATE_LABEL: &str = "QualityGateLabel";
+    /// The target Deployment in the tree lists its served set and leaves
+    /// out `spec.version`: the operator refuses to roll it out (its pods
+    /// would refuse every request naming it).
+    pub const SERVED_SET_LACKS_VERSION: &str = "ServedSetLacksVersion";
+    /// The served set in the tree leaves out the version the cluster runs:
+    /// clients still naming it are refused by every new pod.
+    pub const SERVED_SET_DROPS_RUNNING: &str = "ServedSetDropsRunning";
 }
 
 /// An OpenMedModel's identity: it survives renames and moves between files.
@@ -261,6 +268,7 @@ pub fn check(input: &Input) -> Outcome {
         quality_gate_probes(&facts, input.rev, ns, &mut findings);
         if let Some(model) = planned.get(&i) {
             quality_gate_port(&facts, model, input.rev, &mut findings);
+            served_set(&facts, model, input.rev, status, &mut findings);
         }
 
         resources.push(ResourceSummary {
@@ -794,6 +802,68 @@ fn quality_gate_port(
         .resource(facts.key.to_string())
         .field(field),
     );
+}
+
+/// A target in the tree that lists its served set: as Git holds it, it
+/// must list the version (else the operator refuses the rollout) and
+/// should list the version the cluster runs (else clients naming it are
+/// refused while pods roll). A set `render` wrote lists both.
+fn served_set(
+    facts: &Facts,
+    model: &manifests::Model,
+    docs: &[Document],
+    status: Option<&OpenMedModelStatus>,
+    findings: &mut Vec<Finding>,
+) {
+    use crate::plan::served;
+    let Some(target_doc) = model.target_doc.and_then(|i| docs.get(i)) else {
+        return;
+    };
+    let container = &model.plan.deployment.container;
+    let Some(served::Declared::Listed(entries)) = served::declared(&target_doc.value, container)
+    else {
+        return;
+    };
+    let field = served::entry_path(&target_doc.value, container).unwrap_or_default();
+    let version = &model.plan.normalized.version;
+    let name = target_doc.name().unwrap_or("<unnamed>");
+    if served::is_served_name(version) && !entries.contains(version) {
+        findings.push(
+            Finding::error(
+                &target_doc.at(&field),
+                rule::SERVED_SET_LACKS_VERSION,
+                format!(
+                    "Deployment {name} lists its served set ({}) without {version}: its new pods would refuse every request naming it, and the operator refuses the rollout. Add {version} to it, or run `openmed-op render`, which writes it",
+                    crate::api::names::SERVED_ENV
+                ),
+            )
+            .resource(facts.key.to_string())
+            .field(field.clone())
+            .fix(format!(
+                "{}: {version},{}",
+                crate::api::names::SERVED_ENV,
+                entries.join(",")
+            )),
+        );
+    }
+    let running = status.and_then(|s| s.active_version.as_ref());
+    if let Some(running) = running
+        && running != version
+        && served::is_served_name(running)
+        && !entries.contains(running)
+    {
+        findings.push(
+            Finding::warning(
+                &target_doc.at(&field),
+                rule::SERVED_SET_DROPS_RUNNING,
+                format!(
+                    "Deployment {name} lists its served set without {running}, the version the cluster serves now: while pods roll, every new pod refuses clients still naming it. Keep {running} in the set until clients have moved"
+                ),
+            )
+            .resource(facts.key.to_string())
+            .field(field),
+        );
+    }
 }
 
 /// Revision names that usually move: tags and branch names.
