@@ -484,6 +484,10 @@ fn the_chart_carries_the_repositorys_files() {
             "files/admission/route-weights-only.yaml",
         ),
         (
+            "deploy/admission/served-set-literal.yaml",
+            "files/admission/served-set-literal.yaml",
+        ),
+        (
             "deploy/monitoring/prometheusrule.yaml",
             "files/monitoring/prometheusrule.yaml",
         ),

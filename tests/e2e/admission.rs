@@ -30,6 +30,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             a_rollback_may_name_only_a_retained_version_and_the_operator_acts_on_it,
         ),
         trial(
+            "admission::a_managed_deployment_may_not_start_reading_its_served_set_from_elsewhere",
+            a_managed_deployment_may_not_start_reading_its_served_set_from_elsewhere,
+        ),
+        trial(
             "admission::verify_refuses_before_merge_what_the_policies_refuse",
             verify_refuses_before_merge_what_the_policies_refuse,
         ),
@@ -42,6 +46,7 @@ const USER: &str = "alice";
 const TARGET_POLICY: &str = "openmed-target-permission";
 const ROLLBACK_POLICY: &str = "openmed-rollback-retained";
 const RETRY_POLICY: &str = "openmed-failed-version-needs-reason";
+const SERVED_POLICY: &str = "openmed-served-set-literal";
 
 fn models(client: &Client, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
@@ -70,7 +75,7 @@ fn denied_by(result: &Result<DynamicObject, kube::Error>) -> Option<(&'static st
     let Err(kube::Error::Api(status)) = result else {
         return None;
     };
-    [TARGET_POLICY, ROLLBACK_POLICY, RETRY_POLICY]
+    [TARGET_POLICY, ROLLBACK_POLICY, RETRY_POLICY, SERVED_POLICY]
         .into_iter()
         .find(|p| {
             status
@@ -164,6 +169,110 @@ fn canary() -> Value {
         "targetRef": {"name": "svc-canary"},
         "trafficRef": {"httpRoute": "svc", "stableBackend": "svc", "canaryBackend": "svc-canary"},
         "steps": [{"weight": 10}],
+    })
+}
+
+/// A Deployment `name` whose `openmed-service` container declares its
+/// served set with `served` (an env entry), managed by a model when
+/// `managed`.
+fn served_deployment(namespace: &str, name: &str, managed: bool, served: Value) -> Value {
+    let annotations = if managed {
+        json!({"openmed.ai/model-resource": format!("{namespace}/svc")})
+    } else {
+        json!({})
+    };
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{
+                    "name": "openmed-service",
+                    "image": "openmed",
+                    "env": [served],
+                }]},
+            },
+        },
+    })
+}
+
+fn a_managed_deployment_may_not_start_reading_its_served_set_from_elsewhere() {
+    block_on(async {
+        let admin = admin().await;
+        install_crd(&admin).await;
+        operator_kubeconfig(); // installs deploy/operator, policies included
+        let ns = TestNamespace::create(&admin, "adm-served").await;
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            admin.clone(),
+            &ns.name,
+            &ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
+        );
+        let literal = json!({"name": "OPENMED_SERVICE_SERVED_MODELS", "value": "OpenMed/pii-v1"});
+        let referenced = json!({"name": "OPENMED_SERVICE_SERVED_MODELS",
+            "valueFrom": {"configMapKeyRef": {"name": "team-models", "key": "served"}}});
+
+        let managed = served_deployment(&ns.name, "svc", true, literal.clone());
+        apply(&api, &managed, "e2e", false).await.unwrap();
+        let to_reference = served_deployment(&ns.name, "svc", true, referenced.clone());
+        once_in_force(
+            &api,
+            &to_reference,
+            "e2e",
+            "the served-set policy to deny",
+            |r| denied_by(r).is_some_and(|(p, _)| p == SERVED_POLICY),
+        )
+        .await;
+        let denied = apply(&api, &to_reference, "e2e", false).await;
+        let Some((SERVED_POLICY, message)) = denied_by(&denied) else {
+            panic!("the reference was not denied by {SERVED_POLICY}: {denied:?}");
+        };
+        assert!(
+            message.contains("container openmed-service")
+                && message.contains(&format!("OpenMedModel {}/svc", ns.name)),
+            "{message}"
+        );
+        // What verify says of the same Deployment beside its model, before
+        // the merge.
+        let tree = format!(
+            "{}---\n{}",
+            serde_yaml::to_string(&to_reference).unwrap(),
+            serde_yaml::to_string(&model(&ns.name, "OpenMed/pii-v2")).unwrap()
+        );
+        let rev = parse_stream("svc.yaml", &tree).unwrap();
+        let outcome = rules::check(&Input {
+            rev: &rev,
+            base: None,
+            history: &HistoryVersions::new(),
+            status: None,
+            default_namespace: "default",
+            strict: false,
+        });
+        assert!(
+            outcome.findings.iter().any(|f| f.rule
+                == openmed_op::manifests::rule::SERVED_SET_REFERENCED
+                && f.severity == Severity::Error),
+            "{:#?}",
+            outcome.findings
+        );
+
+        // A Deployment no model manages may read it from anywhere.
+        let unmanaged = served_deployment(&ns.name, "other", false, referenced.clone());
+        apply(&api, &unmanaged, "e2e", false).await.unwrap();
+        // One that read it that way before it was adopted stays editable
+        // (and releasable): only introducing the reference is refused.
+        let mut adopted = served_deployment(&ns.name, "other", true, referenced.clone());
+        apply(&api, &adopted, "e2e", false).await.unwrap();
+        adopted["spec"]["replicas"] = json!(1);
+        apply(&api, &adopted, "e2e", false).await.unwrap();
+        // And a literal set stays editable.
+        let mut edited = managed.clone();
+        edited["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"] =
+            json!("OpenMed/pii-v2,OpenMed/pii-v1");
+        apply(&api, &edited, "e2e", false).await.unwrap();
     })
 }
 
