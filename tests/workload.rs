@@ -217,6 +217,61 @@ print(json.dumps(answers))
     }
 }
 
+/// The served-set rule and the service's default ids are the service's
+/// own: its `_is_served_identifier` and `DEFAULT_SERVED_MODELS`, asked of
+/// the installed service.
+#[test]
+fn our_served_set_rules_are_the_services_own() {
+    let inputs = [
+        "OpenMed/pii-v2",
+        "pii",
+        "_private/x",
+        "OpenMed/synthetic_pii.v1",
+        "a/b/c",
+        "a..b",
+        "OpenMed/pii:v2",
+        "org/model@main",
+        "OpenMed/pii+local",
+        "-lead/x",
+        ".hidden",
+        "OpenMed/",
+        "/pii",
+        "bad name",
+        "",
+    ];
+    let script = "\
+import json, sys
+from openmed.service import runtime
+answers = {name: bool(runtime._is_served_identifier(name)) for name in json.load(sys.stdin)}
+print(json.dumps({'answers': answers, 'defaults': list(runtime.DEFAULT_SERVED_MODELS)}))
+";
+    let empty = tempfile::tempdir().unwrap();
+    let mut child = Command::new(workload().join("venv/bin/python"))
+        .args(["-c", script])
+        .current_dir(empty.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    serde_json::to_writer(child.stdin.take().unwrap(), &inputs).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let service: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for input in inputs {
+        assert_eq!(
+            openmed_op::plan::served::is_served_name(input),
+            service["answers"][input] == true,
+            "{input:?}: the service says {}",
+            service["answers"][input]
+        );
+    }
+    assert_eq!(
+        service["defaults"],
+        json!(openmed_op::plan::served::SERVICE_DEFAULTS),
+        "the ids the service serves without a set"
+    );
+}
+
 /// The test image's app answers a request that names no model with the
 /// model it preloaded, names its pod in a header, and leaves every other
 /// request to the service.
