@@ -63,9 +63,10 @@ pub struct DeploymentFields {
     /// literal value ([`super::served`]); `None` leaves it alone.
     pub served: Option<String>,
     /// `openmed.ai/served-versions` on the Deployment: which entries of
-    /// `served` are the model's own. Only `render` sets it, on a full
-    /// Deployment ([`Self::apply_to`]); the operator reads its history
-    /// from the resource's status instead.
+    /// `served` are the model's own, so that whoever writes the set next
+    /// (`render` from Git, the operator after an adoption) can tell them
+    /// from someone else's. `None` leaves it alone; a released target
+    /// loses it with the other ownership marks.
     pub served_versions: Option<String>,
     /// The pod template's readiness gate `openmed.ai/model-quality`
     /// (`spec.qualityGate`): a pod is Ready only once the operator has
@@ -266,6 +267,9 @@ impl DeploymentFields {
         let mut metadata = json!({ "name": self.name, "namespace": self.namespace });
         if let Some(owner) = &self.owner {
             metadata["annotations"] = json!({ MODEL_RESOURCE_ANNOTATION: owner });
+            if let Some(versions) = &self.served_versions {
+                metadata["annotations"][SERVED_VERSIONS_ANNOTATION] = json!(versions);
+            }
             metadata["labels"] = json!({ OPERATED_BY_LABEL: FIELD_MANAGER });
         }
         let mut spec = self.spec_fields();
@@ -367,9 +371,15 @@ impl DeploymentFields {
             MODEL_RESOURCE_ANNOTATION,
             self.owner.as_deref(),
         );
-        if let Some(versions) = &self.served_versions {
-            object_in(meta, "annotations")
-                .insert(SERVED_VERSIONS_ANNOTATION.into(), json!(versions));
+        match (&self.owner, &self.served_versions) {
+            (None, _) => {
+                object_in(meta, "annotations").remove(SERVED_VERSIONS_ANNOTATION);
+            }
+            (Some(_), Some(versions)) => {
+                object_in(meta, "annotations")
+                    .insert(SERVED_VERSIONS_ANNOTATION.into(), json!(versions));
+            }
+            (Some(_), None) => {}
         }
         drop_if_empty(meta, "annotations");
         let operated_by = self.owner.as_ref().map(|_| FIELD_MANAGER);

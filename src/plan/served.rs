@@ -152,6 +152,22 @@ pub const SERVICE_DEFAULTS: [&str; 2] = [
     "OpenMed/OpenMed-PII-SuperClinical-Small-44M-v1",
 ];
 
+/// The model's entries for a template preloading `version`, given the
+/// entries recorded on the Deployment ([`recorded`]): the recorded ones
+/// when they were written for this version (so the set stays the same
+/// while the version's pods roll, whatever the history learns meanwhile),
+/// else [`model_entries`] of `retained`.
+pub fn entries_for(version: &str, recorded: &[String], retained: [Option<&str>; 2]) -> Vec<String> {
+    if recorded.first().map(String::as_str) == Some(version) {
+        return recorded
+            .iter()
+            .filter(|v| is_served_name(v))
+            .cloned()
+            .collect();
+    }
+    model_entries(version, retained)
+}
+
 /// The value to write: the model's entries, then the declared entries that
 /// are not versions of this model (`known`), in their order. `None` when
 /// there is nothing to write: nothing declared and no entry of ours (a
@@ -248,28 +264,14 @@ pub fn rendered(
     if declared == Declared::Absent && template_hash == Some(manifest_hash) {
         return Ok(None);
     }
-    let recorded: Vec<String> = deployment
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(SERVED_VERSIONS_ANNOTATION))
-        .and_then(Value::as_str)
-        .map(split)
-        .unwrap_or_default();
-    let model = if recorded.first().map(String::as_str) == Some(version) {
-        // Rendered for this version already: the same entries again.
-        recorded
-            .iter()
-            .filter(|v| is_served_name(v))
-            .cloned()
-            .collect()
-    } else {
-        let literal = preloaded_literal(deployment, container);
-        let before = recorded
-            .first()
-            .map(String::as_str)
-            .or(pointer_version)
-            .or(literal.as_deref());
-        model_entries(version, [before, None])
-    };
+    let recorded = recorded(deployment);
+    let literal = preloaded_literal(deployment, container);
+    let before = recorded
+        .first()
+        .map(String::as_str)
+        .or(pointer_version)
+        .or(literal.as_deref());
+    let model = entries_for(version, &recorded, [before, None]);
     let mut known: Vec<&str> = recorded.iter().map(String::as_str).collect();
     known.extend(pointer_version);
     let Some(value) = value(&model, &declared, &known, container)? else {
@@ -281,9 +283,20 @@ pub fn rendered(
     }))
 }
 
+/// The model's entries a Deployment's served set was written with, from
+/// its annotation [`SERVED_VERSIONS_ANNOTATION`] (the preloaded one first).
+pub fn recorded(deployment: &Value) -> Vec<String> {
+    deployment
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(SERVED_VERSIONS_ANNOTATION))
+        .and_then(Value::as_str)
+        .map(split)
+        .unwrap_or_default()
+}
+
 /// The version a container preloads by a literal value of the preload
 /// variable: how a Deployment no operator managed names its model.
-fn preloaded_literal(deployment: &Value, container: &str) -> Option<String> {
+pub fn preloaded_literal(deployment: &Value, container: &str) -> Option<String> {
     deployment
         .pointer("/spec/template/spec/containers")?
         .as_array()?

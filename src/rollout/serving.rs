@@ -54,8 +54,22 @@ impl Step<'_> {
             }
             return Ok(());
         }
-        let model = served::model_entries(&version, self.retained_versions());
-        let known = self.known_versions(&version);
+        // A Deployment adopted from a literal preload value serves that
+        // name: it is the version clients use until the first rollout is
+        // done.
+        let literal = served::preloaded_literal(&observed, &container);
+        let mut retained = self.retained_versions();
+        if retained[0].is_none() {
+            retained[0] = literal.as_deref();
+        }
+        let recorded = served::recorded(&observed);
+        let model = served::entries_for(&version, &recorded, retained);
+        // The entries an earlier write recorded as the model's are the
+        // model's, even when the status no longer names them (the literal
+        // version a Deployment was adopted from).
+        let mut known = self.known_versions(&version);
+        known.extend(literal.clone());
+        known.extend(recorded);
         let known: Vec<&str> = known.iter().map(String::as_str).collect();
         plan.deployment.served =
             served::value(&model, &declared, &known, &container).map_err(|refusal| {
@@ -64,6 +78,12 @@ impl Step<'_> {
                     format!("Deployment {name}: {refusal}"),
                 )
             })?;
+        plan.deployment.served_versions = plan
+            .deployment
+            .served
+            .as_ref()
+            .filter(|_| !model.is_empty())
+            .map(|_| model.join(","));
         Ok(())
     }
 

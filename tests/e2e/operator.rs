@@ -111,6 +111,22 @@ fn env_entry(deployment: &Value, container: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The container's served set, `Null` when it lists none.
+fn served_entry(deployment: &Value, container: &str) -> Value {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == container)
+        .unwrap()["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "OPENMED_SERVICE_SERVED_MODELS")
+        .map(|e| e["value"].clone())
+        .unwrap_or(Value::Null)
+}
+
 /// The owned fields of a Deployment, for comparing live and rendered.
 fn owned_fields(deployment: &Value, container: &str) -> Value {
     json!({
@@ -122,6 +138,7 @@ fn owned_fields(deployment: &Value, container: &str) -> Value {
         "templateAnnotations": deployment["spec"]["template"]["metadata"]["annotations"],
         "templateSnapshotLabel": deployment["spec"]["template"]["metadata"]["labels"]["openmed.ai/model-manifest"],
         "env": env_entry(deployment, container),
+        "served": served_entry(deployment, container),
     })
 }
 

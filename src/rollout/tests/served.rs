@@ -42,7 +42,8 @@ fn a_bump_serves_the_new_and_the_old_version_and_the_next_one_drops_the_oldest()
     let mut w = World::ready_at("v1");
     assert_eq!(
         served(&mut w).as_deref(),
-        Some(defaults_after("v1").as_str())
+        Some(defaults_after("v1,boot").as_str()),
+        "the first rollout also answers the version the Deployment preloaded by hand"
     );
     w.set_version("v2");
     w.now += 10;
@@ -120,12 +121,16 @@ fn entries_someone_else_listed_stay_after_the_models_own() {
     let mut w = World::new(spec("v1"));
     set_served(&mut w, json!({"name": SERVED_ENV, "value": "team/ner, v1"}));
     w.reconcile();
-    assert_eq!(served(&mut w).as_deref(), Some("v1,team/ner"));
+    assert_eq!(served(&mut w).as_deref(), Some("v1,boot,team/ner"));
     w.pods_ready();
     w.now += 10;
     w.reconcile();
     w.upgrade("v2");
-    assert_eq!(served(&mut w).as_deref(), Some("v2,v1,team/ner"));
+    assert_eq!(
+        served(&mut w).as_deref(),
+        Some("v2,v1,team/ner"),
+        "the hand-set version was the model's: it leaves, the team's name stays"
+    );
     w.upgrade("v3");
     assert_eq!(served(&mut w).as_deref(), Some("v3,v2,team/ner"));
     // Released, the set keeps what was not the model's.
