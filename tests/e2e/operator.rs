@@ -22,6 +22,10 @@ pub fn trials() -> Vec<Trial> {
             a_healthy_rollout_writes_what_render_shows,
         ),
         trial(
+            "operator::the_served_set_follows_the_versions_and_a_set_it_cannot_edit_is_refused",
+            the_served_set_follows_the_versions_and_a_set_it_cannot_edit_is_refused,
+        ),
+        trial(
             "operator::render_and_the_operator_agree_on_generated_resources",
             render_and_the_operator_agree_on_generated_resources,
         ),
@@ -280,6 +284,98 @@ fn a_healthy_rollout_writes_what_render_shows() {
             "--timeout=5s",
         ]);
         assert!(ok, "{err}");
+        env.finish().await;
+    });
+}
+
+/// `entries`, then the ids the service serves without a set.
+fn with_defaults(entries: &str) -> Value {
+    json!(format!(
+        "{entries},{}",
+        openmed_op::plan::served::SERVICE_DEFAULTS.join(",")
+    ))
+}
+
+fn the_served_set_follows_the_versions_and_a_set_it_cannot_edit_is_refused() {
+    block_on(async {
+        let env = Env::new("served").await;
+        let (v1, v2) = (env.version("v1"), env.version("v2"));
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_ready("svc", &v1).await;
+        let live = env.deployment("svc").await;
+        assert_eq!(
+            served_entry(&live, "openmed-service"),
+            with_defaults(&format!("{v1},boot")),
+            "the first pods also answer the version the Deployment named by hand, and the service's defaults"
+        );
+        env.set_spec("svc", json!({"version": v2})).await;
+        env.wait_ready("svc", &v2).await;
+        let live = env.deployment("svc").await;
+        assert_eq!(
+            served_entry(&live, "openmed-service"),
+            with_defaults(&format!("{v2},{v1}")),
+            "expand: clients naming v1 are answered through the bump; contract: boot left"
+        );
+        assert_eq!(
+            live["metadata"]["annotations"]["openmed.ai/served-versions"],
+            json!(format!("{v2},{v1}"))
+        );
+
+        // A Deployment that reads its set from a ConfigMap: refused with a
+        // condition and an Event, and not a field of it written.
+        let referenced = deployment_yaml("ref", "openmed-service", "boot").replace(
+            "          value: boot\n",
+            "          value: boot\n        - name: OPENMED_SERVICE_SERVED_MODELS\n          valueFrom:\n            configMapKeyRef: {name: team-models, key: served}\n",
+        );
+        env.apply(&referenced).await;
+        let before = env.deployment("ref").await;
+        env.apply(&model_yaml("ref", &v1, "")).await;
+        let status = env
+            .wait_status("ref", "the served set to be refused", |s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.reason == "ServedSetRefused" && c.status == "False")
+            })
+            .await;
+        let message = &status
+            .conditions
+            .iter()
+            .find(|c| c.reason == "ServedSetRefused")
+            .unwrap()
+            .message;
+        assert!(message.contains("ConfigMap team-models"), "{message}");
+        env.wait_event("ref", "ServedSetRefused").await;
+        let after = env.deployment("ref").await;
+        assert_eq!(
+            after["metadata"]["generation"], before["metadata"]["generation"],
+            "no pod was replaced"
+        );
+        assert!(
+            after["metadata"]["annotations"]
+                .get("openmed.ai/model-resource")
+                .is_none()
+        );
+
+        // Released, the set keeps what was not the model's.
+        env.models()
+            .delete("svc", &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_model_gone("svc", ROLLOUT).await;
+        let live = env.deployment("svc").await;
+        assert_eq!(
+            served_entry(&live, "openmed-service"),
+            json!(openmed_op::plan::served::SERVICE_DEFAULTS.join(","))
+        );
+        assert!(
+            live["metadata"]["annotations"]
+                .get("openmed.ai/served-versions")
+                .is_none(),
+            "{:?}",
+            live["metadata"]["annotations"]
+        );
         env.finish().await;
     });
 }
