@@ -91,9 +91,21 @@ pub fn now_ms() -> f64 {
         * 1000.0
 }
 
+/// Which image of the service the example's Deployment runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Image {
+    /// The stock app: clients name their model. The stock app names no
+    /// pod in its answers, so the test's route has Envoy add the address
+    /// of the pod that answered as `x-openmed-pod`.
+    Stock,
+    /// The image recipe of `tests/workload/image`: a request naming no
+    /// model gets the preloaded one, and the answer names its pod.
+    DefaultModel,
+}
+
 /// The example's documents (no Namespace) for one test: its HTTPRoute
 /// takes `/<namespace>/` on the shared Gateway and strips that prefix.
-fn example(ns: &str) -> String {
+fn example(ns: &str, image: Image) -> String {
     let text = std::fs::read_to_string(root().join("examples/real/openmed-service.yaml")).unwrap();
     let mut out = String::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
@@ -106,6 +118,23 @@ fn example(ns: &str) -> String {
             rule["matches"] = json!([{"path": {"type": "PathPrefix", "value": format!("/{ns}")}}]);
             rule["filters"][0]["urlRewrite"]["path"] =
                 json!({"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"});
+            if image == Image::Stock {
+                // An Envoy format string: the upstream host that answered.
+                rule["filters"].as_array_mut().unwrap().push(json!({
+                    "type": "ResponseHeaderModifier",
+                    "responseHeaderModifier": {"set": [
+                        {"name": openmed_load::POD_HEADER, "value": "%UPSTREAM_REMOTE_ADDRESS%"},
+                    ]},
+                }));
+            }
+        }
+        if value["kind"] == "Deployment" && image == Image::DefaultModel {
+            for c in value["spec"]["template"]["spec"]["containers"]
+                .as_array_mut()
+                .unwrap()
+            {
+                c["image"] = json!("openmed/openmed-service-default-model:3.1.0");
+            }
         }
         out.push_str(&serde_yaml::to_string(&value).unwrap());
         out.push_str("---\n");
@@ -147,10 +176,14 @@ fn gated_model() -> String {
 
 impl App {
     pub async fn deploy(prefix: &str) -> App {
+        Self::deploy_image(prefix, Image::Stock).await
+    }
+
+    pub async fn deploy_image(prefix: &str, image: Image) -> App {
         let env = Env::new(prefix).await;
         let model =
             std::fs::read_to_string(root().join("examples/real/openmedmodel.yaml")).unwrap();
-        Self::deploy_in(env, &model).await
+        Self::deploy_in(env, &model, image).await
     }
 
     /// The example with the quality gate on, its operator on the pod
@@ -165,21 +198,23 @@ impl App {
             ns,
             operator,
         };
-        Self::deploy_in(env, &gated_model()).await
+        Self::deploy_in(env, &gated_model(), Image::Stock).await
     }
 
-    async fn deploy_in(env: Env, model: &str) -> App {
-        env.apply(&example(&env.ns.name)).await;
+    async fn deploy_in(env: Env, model: &str, image: Image) -> App {
+        env.apply(&example(&env.ns.name, image)).await;
         env.apply(model).await;
         env.wait_ready(NAME, V1).await;
         let url = routed(&env).await;
         App { env, url }
     }
 
-    /// Real load through the Gateway, naming no model (the pods answer
-    /// with theirs), until `stop` or `max`.
+    /// Real load through the Gateway, each request naming `model` (none:
+    /// the default-model image answers with the pod's own), until `stop`
+    /// or `max`.
     pub fn load(
         &self,
+        model: Option<&str>,
         rps: f64,
         max: Duration,
     ) -> (
@@ -190,7 +225,7 @@ impl App {
             url: self.url.parse().unwrap(),
             rps,
             duration: max,
-            model: None,
+            model: model.map(str::to_owned),
             host: None,
             timeout: Duration::from_secs(10),
         };
@@ -281,6 +316,32 @@ pub fn assert_all_served(records: &[Record]) {
         records.len(),
         &failed[..failed.len().min(5)]
     );
+}
+
+/// Every answer came from the model the client named.
+pub fn assert_answered_as_named(records: &[Record], model: &str) {
+    let other: Vec<_> = records
+        .iter()
+        .filter(|r| r.ok() && r.model_name.as_deref() != Some(model))
+        .collect();
+    assert!(
+        other.is_empty(),
+        "{} answers to clients naming {model} came from another model: {:?}",
+        other.len(),
+        &other[..other.len().min(5)]
+    );
+}
+
+/// The served set of the service container of a Deployment (JSON).
+pub fn served_set(deployment: &Value) -> String {
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "OPENMED_SERVICE_SERVED_MODELS")
+        .and_then(|e| e["value"].as_str())
+        .unwrap_or("(none)")
+        .to_owned()
 }
 
 /// Prints a phase's figures and returns them as JSON for the results file.

@@ -380,7 +380,7 @@ fn the_split_is_real_and_the_promotion_drops_nothing() {
         })
         .await;
         let trace = Trace::start(app.env()).await;
-        let (stop, load) = app.app.load(20.0, Duration::from_secs(420));
+        let (stop, load) = app.app.load(None, 20.0, Duration::from_secs(420));
         tokio::time::sleep(Duration::from_secs(3)).await;
         let bumped = now_ms();
         app.env().set_spec(NAME, json!({"version": V2})).await;
@@ -487,7 +487,7 @@ fn a_canary_that_serves_errors_is_aborted_by_the_data_planes_metrics() {
         .await;
         let trace = Trace::start(app.env()).await;
         let rps = 20.0;
-        let (stop, load) = app.app.load(rps, Duration::from_secs(300));
+        let (stop, load) = app.app.load(None, rps, Duration::from_secs(300));
         tokio::time::sleep(Duration::from_secs(3)).await;
         app.env().set_spec(NAME, json!({"version": FAILS})).await;
         wait_canary(
@@ -614,7 +614,7 @@ fn no_data_holds_and_an_abort_moves_the_canary_back_once_drained() {
         let since_step = now_ms() - span(&trace.seen.lock().unwrap(), (90, 10)).unwrap().0;
         assert!(since_step > 10_000.0, "held past the 10 s pause");
         // Data: the next rounds pass and the canary moves on.
-        let (stop, load) = app.app.load(20.0, Duration::from_secs(300));
+        let (stop, load) = app.app.load(None, 20.0, Duration::from_secs(300));
         wait_canary(&app, "the second step", |s| {
             s.canary
                 .as_ref()
@@ -699,7 +699,7 @@ fn a_model_that_misses_dates_is_aborted_by_the_probes() {
         })
         .await;
         let trace = Trace::start(app.env()).await;
-        let (stop, load) = app.app.load(20.0, Duration::from_secs(300));
+        let (stop, load) = app.app.load(None, 20.0, Duration::from_secs(300));
         tokio::time::sleep(Duration::from_secs(3)).await;
         app.env()
             .set_spec(NAME, json!({"version": MISSES_DATE}))
@@ -795,7 +795,7 @@ fn a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_
         let before = canary_pod_requests(app.env());
         let trace = Trace::start(app.env()).await;
         let rps = 20.0;
-        let (stop, load) = app.app.load(rps, Duration::from_secs(300));
+        let (stop, load) = app.app.load(None, rps, Duration::from_secs(300));
         tokio::time::sleep(Duration::from_secs(3)).await;
         // A model that warms, passes /readyz and fails every request: in a
         // mirror step only its copies fail, and the analysis sees them.

@@ -114,7 +114,7 @@ async fn rolled_back_with(
 fn a_model_that_never_warms_fails_fast_and_the_event_says_why() {
     block_on(async {
         let app = App::deploy("stack-crash").await;
-        let (stop, load) = app.load(20.0, Duration::from_secs(180));
+        let (stop, load) = app.load(Some(V1), 20.0, Duration::from_secs(180));
         let (took, from_crash, failed) = rolled_back_with(
             &app,
             json!({"version": MISSING}),
@@ -155,7 +155,7 @@ fn a_model_that_never_warms_fails_fast_and_the_event_says_why() {
 fn without_fail_fast_the_deadline_decides_and_the_event_still_says_why() {
     block_on(async {
         let app = App::deploy("stack-deadline").await;
-        let (stop, load) = app.load(10.0, Duration::from_secs(180));
+        let (stop, load) = app.load(Some(V1), 10.0, Duration::from_secs(180));
         let (took, from_crash, failed) = rolled_back_with(
             &app,
             json!({"version": MISSING, "rolloutStrategy": {

@@ -50,7 +50,7 @@ fn a_model_that_misses_dates_never_serves_and_a_good_one_passes() {
             assert_eq!(gate.status, "True", "{gate:?}");
         }
 
-        let (stop, load) = app.load(20.0, Duration::from_secs(240));
+        let (stop, load) = app.load(Some(V1), 20.0, Duration::from_secs(240));
         tokio::time::sleep(Duration::from_secs(3)).await;
         // A good model passes.
         let bumped = now_ms();

@@ -75,8 +75,8 @@ fn replica_set_of(pod: &str) -> &str {
 /// v2 pod serves v2.
 fn pods_recreated_mid_rollout_serve_their_own_templates_model() {
     block_on(async {
-        let app = App::deploy("stack-recreate").await;
-        let (stop, load) = app.load(20.0, Duration::from_secs(150));
+        let app = App::deploy_image("stack-recreate", Image::DefaultModel).await;
+        let (stop, load) = app.load(None, 20.0, Duration::from_secs(150));
         tokio::time::sleep(Duration::from_secs(3)).await;
         let old: Vec<String> = app
             .pods()
