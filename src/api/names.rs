@@ -74,6 +74,12 @@ pub const MANIFEST_KEY: &str = "manifest.json";
 /// Finalizer that lets the operator release the target on deletion.
 pub const FINALIZER: &str = "openmed.ai/release-target";
 
+/// The finalizer the earlier (Kopf) operator puts on every resource it
+/// handles. After a move to openmed-op nothing would remove it, and a
+/// deletion would wait for ever: once openmed-op has released the target,
+/// it removes this one with its own (`docs/compatibility.md`).
+pub const EARLIER_OPERATOR_FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
+
 /// Annotation that ends the current canary step now (any new value); a
 /// value starting with `full` promotes past every remaining step. Acted on
 /// once per value.

@@ -39,8 +39,8 @@ use super::model::RawModel;
 use super::replica_set::CachedReplicaSet;
 use super::settled::Inputs;
 use crate::api::names::{
-    FIELD_MANAGER, FINALIZER, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
-    REPLICAS_HANDOVER_FIELD_MANAGER,
+    EARLIER_OPERATOR_FINALIZER, FIELD_MANAGER, FINALIZER, MANIFEST_SNAPSHOT_LABEL,
+    MODEL_RESOURCE_ANNOTATION, REPLICAS_HANDOVER_FIELD_MANAGER,
 };
 use crate::api::quality::QUALITY_CONDITION;
 use crate::api::{API_VERSION, KIND, OpenMedModelStatus};
@@ -305,12 +305,25 @@ async fn add_finalizer(api: &Api<RawModel>, obj: &RawModel, ctx: &Context) -> Re
     Ok(())
 }
 
+/// Removes the operator's finalizer, and the earlier operator's: the
+/// release it stood for is done (ours covers the same Deployment), and
+/// with that operator gone nothing else would ever remove it.
 async fn remove_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error> {
     let finalizers: Vec<&String> = obj
         .finalizers()
         .iter()
-        .filter(|f| *f != FINALIZER)
+        .filter(|f| *f != FINALIZER && *f != EARLIER_OPERATOR_FINALIZER)
         .collect();
+    if obj
+        .finalizers()
+        .iter()
+        .any(|f| f == EARLIER_OPERATOR_FINALIZER)
+    {
+        info!(
+            finalizer = EARLIER_OPERATOR_FINALIZER,
+            "released; removing the earlier operator's finalizer with ours"
+        );
+    }
     let patch = serde_json::json!({ "metadata": {
         "finalizers": finalizers,
         "resourceVersion": obj.resource_version(),
@@ -766,6 +779,9 @@ fn describe(writes: &[Write]) -> String {
             Write::ApplyConfigMap(cm) => format!("apply ConfigMap {}", cm.name_any()),
             Write::DeleteConfigMap { name, .. } => format!("delete ConfigMap {name}"),
             Write::MergePatchDeployment { name, .. } => format!("patch Deployment {name}"),
+            Write::StrategicPatchDeployment { name, .. } => {
+                format!("take back the marks of Deployment {name}")
+            }
             Write::PatchRoute { name, .. } => format!("patch HTTPRoute {name}"),
             Write::HandOverReplicas { name, .. } => {
                 format!("hand over replicas of Deployment {name}")
@@ -1220,6 +1236,28 @@ async fn execute(
                     .wrote(&CachedDeployment::of(&stored));
                 seen.deployment_written(&stored);
                 fresh.deployments.insert(name.clone(), Some(stored));
+            }
+            Write::StrategicPatchDeployment { name, patch } => {
+                let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+                ctx.metrics.wrote("deployments", "patch");
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_owned()),
+                    ..PatchParams::default()
+                };
+                let patch = at_version(patch, seen.deployments.get(name).and_then(Option::as_ref));
+                match api.patch(name, &params, &Patch::Strategic(&patch)).await {
+                    Ok(stored) => {
+                        ctx.written
+                            .deployments
+                            .wrote(&CachedDeployment::of(&stored));
+                        seen.deployment_written(&stored);
+                        fresh.deployments.insert(name.clone(), Some(stored));
+                    }
+                    // Only sent for a release: a Deployment that is gone
+                    // needs none.
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
             Write::HandOverReplicas { name, replicas } => {
                 let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);

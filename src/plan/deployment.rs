@@ -179,6 +179,60 @@ impl DeploymentFields {
         }
     }
 
+    /// For a release: a strategic-merge patch that removes the ownership
+    /// marks and the preload reference another field manager holds, to
+    /// send before the release's apply body; `None` when no other manager
+    /// holds any of them.
+    ///
+    /// Server-side apply removes only what its own manager stops sending.
+    /// A Deployment written by the earlier operator (a strategic-merge
+    /// patch, an Update of its own manager) keeps that operator's
+    /// `openmed.ai/model-resource` annotations and `valueFrom` under the
+    /// release's apply, the release never lands, and the deletion waits
+    /// on it for ever. The earlier operator releases the same way.
+    pub fn release_reset(&self, observed: &Value) -> Option<Value> {
+        let foreign = |path: &[&str]| held_by_another(observed, path);
+        let annotation = format!("f:{MODEL_RESOURCE_ANNOTATION}");
+        let container_key = format!("k:{}", json!({ "name": self.container }));
+        let env_key = format!("k:{}", json!({ "name": PRELOAD_ENV }));
+        let meta = foreign(&["f:metadata", "f:annotations", &annotation]);
+        let template = foreign(&[
+            "f:spec",
+            "f:template",
+            "f:metadata",
+            "f:annotations",
+            &annotation,
+        ]);
+        let value_from = foreign(&[
+            "f:spec",
+            "f:template",
+            "f:spec",
+            "f:containers",
+            &container_key,
+            "f:env",
+            &env_key,
+            "f:valueFrom",
+        ]);
+        if !(meta || template || value_from) {
+            return None;
+        }
+        let mut patch = json!({});
+        if meta {
+            patch["metadata"] = json!({ "annotations": { MODEL_RESOURCE_ANNOTATION: null } });
+        }
+        if template {
+            patch["spec"]["template"]["metadata"] =
+                json!({ "annotations": { MODEL_RESOURCE_ANNOTATION: null } });
+        }
+        if value_from {
+            patch["spec"]["template"]["spec"] = json!({ "containers": [{
+                "name": self.container,
+                "env": [{ "name": PRELOAD_ENV, "valueFrom": null }],
+            }] });
+        }
+        Some(patch)
+    }
+
     /// The same fields, referencing the pointer ConfigMap `pointer` the
     /// way templates did before snapshots: how a template written by the
     /// earlier operator (or an earlier openmed-op) is kept, so that an
@@ -415,6 +469,23 @@ impl DeploymentFields {
         }
         Ok(())
     }
+}
+
+/// Whether a field manager other than the operator's holds the field at
+/// `path` (keys of `fieldsV1`) of a Deployment (as JSON).
+fn held_by_another(observed: &Value, path: &[&str]) -> bool {
+    observed
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("manager").and_then(Value::as_str) != Some(FIELD_MANAGER))
+        .any(|m| {
+            path.iter()
+                .try_fold(m.get("fieldsV1"), |at, key| Some(at?.get(*key)))
+                .flatten()
+                .is_some()
+        })
 }
 
 /// `new`, plus the explicit `null`s of `old` for keys `new` does not set.
@@ -700,6 +771,39 @@ mod tests {
         assert_eq!(
             d["spec"]["template"]["spec"]["containers"][0]["env"],
             json!([{"name": PRELOAD_ENV}])
+        );
+    }
+
+    #[test]
+    fn a_release_takes_back_only_the_marks_another_manager_holds() {
+        let fields = DeploymentFields::released("ns", "svc", "openmed-service", &json!({}), None);
+        let env_path = json!({"k:{\"name\":\"openmed-service\"}": {"f:env": {
+            "k:{\"name\":\"OPENMED_SERVICE_PRELOAD_MODELS\"}": {"f:valueFrom": {}}}}});
+        let held = |manager: &str| {
+            json!({"metadata": {"managedFields": [{
+                "manager": manager, "operation": "Update",
+                "fieldsV1": {
+                    "f:metadata": {"f:annotations": {"f:openmed.ai/model-resource": {}}},
+                    "f:spec": {"f:template": {
+                        "f:metadata": {"f:annotations": {"f:openmed.ai/model-resource": {}}},
+                        "f:spec": {"f:containers": env_path},
+                    }},
+                },
+            }]}})
+        };
+        assert_eq!(fields.release_reset(&held(FIELD_MANAGER)), None);
+        assert_eq!(fields.release_reset(&json!({})), None);
+        let patch = fields.release_reset(&held("kopf")).expect("a patch");
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {"annotations": {"openmed.ai/model-resource": null}},
+                "spec": {"template": {
+                    "metadata": {"annotations": {"openmed.ai/model-resource": null}},
+                    "spec": {"containers": [{"name": "openmed-service",
+                        "env": [{"name": "OPENMED_SERVICE_PRELOAD_MODELS", "valueFrom": null}]}]},
+                }},
+            })
         );
     }
 }

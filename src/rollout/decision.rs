@@ -47,6 +47,15 @@ pub enum Write {
         /// The merge patch.
         patch: Value,
     },
+    /// A strategic-merge patch of a Deployment, sent before a release's
+    /// apply: removes the marks another field manager holds (see
+    /// `DeploymentFields::release_reset`).
+    StrategicPatchDeployment {
+        /// The Deployment's name.
+        name: String,
+        /// The strategic-merge patch.
+        patch: Value,
+    },
     /// A JSON Patch of an HTTPRoute's two backend weights; its `test`
     /// operations make it fail whole on a route that changed meanwhile.
     PatchRoute {

@@ -42,6 +42,12 @@ impl Step<'_> {
         let served = self.served_after_release(&observed, container_name);
         let fields =
             DeploymentFields::released(&r.namespace, &name, container_name, &observed, served);
+        if let Some(patch) = fields.release_reset(&observed) {
+            self.writes.push(Write::StrategicPatchDeployment {
+                name: name.clone(),
+                patch,
+            });
+        }
         let mut body = fields.apply_body();
         if container.is_none() {
             // No container carries our variable any more: release only the

@@ -26,6 +26,10 @@ pub fn trials() -> Vec<Trial> {
             the_served_set_follows_the_versions_and_a_set_it_cannot_edit_is_refused,
         ),
         trial(
+            "operator::a_deployment_the_earlier_operator_wrote_is_released_and_its_finalizer_goes",
+            a_deployment_the_earlier_operator_wrote_is_released_and_its_finalizer_goes,
+        ),
+        trial(
             "operator::render_and_the_operator_agree_on_generated_resources",
             render_and_the_operator_agree_on_generated_resources,
         ),
@@ -379,6 +383,103 @@ fn the_served_set_follows_the_versions_and_a_set_it_cannot_edit_is_refused() {
         env.finish().await;
     });
 }
+
+/// The earlier (Kopf) operator writes with strategic-merge patches under
+/// its own field manager, so after a move to openmed-op it still holds the
+/// ownership annotations and the preload `valueFrom`, and its finalizer
+/// stays on the resource. Deleting the resource must still complete: the
+/// release takes those marks back, and the earlier finalizer goes with
+/// ours. Here the earlier operator's writes are made as it makes them
+/// (manager `kopf`), with the values it computes (the vectors' rules,
+/// which `render` shares).
+fn a_deployment_the_earlier_operator_wrote_is_released_and_its_finalizer_goes() {
+    block_on(async {
+        let env = Env::new("earlier").await;
+        let ns = env.ns.name.clone();
+        let v1 = env.version("v1");
+        let deployment = deployment_yaml("svc", "openmed-service", "boot");
+        let model = model_yaml("svc", &v1, "");
+        let rendered = render(&format!("{deployment}\n---\n{model}"), &ns);
+        let pointer = rendered
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "svc-model-manifest")
+            .unwrap()
+            .clone();
+        let hash = rendered.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]
+            ["metadata"]["annotations"]["openmed.ai/model-manifest-hash"]
+            .clone();
+        let owner = format!("{ns}/svc");
+        let kopf = PostParams {
+            field_manager: Some("kopf".into()),
+            ..PostParams::default()
+        };
+        let config_map = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "svc-model-manifest", "annotations": {"openmed.ai/model-resource": owner}},
+            "data": pointer["data"],
+        });
+        env.config_maps()
+            .create(&kopf, &serde_json::from_value(config_map).unwrap())
+            .await
+            .unwrap();
+        let mut written: Value = serde_yaml::from_str(&deployment).unwrap();
+        written["metadata"]["annotations"] = json!({"openmed.ai/model-resource": owner});
+        written["spec"]["replicas"] = json!(2);
+        written["spec"]["progressDeadlineSeconds"] = json!(600);
+        written["spec"]["strategy"] = json!({"type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}});
+        written["spec"]["template"]["metadata"]["annotations"] =
+            json!({"openmed.ai/model-resource": owner, "openmed.ai/model-manifest-hash": hash});
+        written["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{
+            "name": "OPENMED_SERVICE_PRELOAD_MODELS",
+            "valueFrom": {"configMapKeyRef": {"name": "svc-model-manifest", "key": "OPENMED_SERVICE_PRELOAD_MODELS"}},
+        }]);
+        env.deployments()
+            .create(&kopf, &serde_json::from_value(written).unwrap())
+            .await
+            .unwrap();
+        let before = env.deployment("svc").await;
+        let mut resource: Value = serde_yaml::from_str(&model).unwrap();
+        resource["metadata"]["finalizers"] = json!([EARLIER_FINALIZER]);
+        resource["metadata"]["annotations"] =
+            json!({"kopf.zalando.org/last-handled-configuration": "{}"});
+        env.apply(&serde_yaml::to_string(&resource).unwrap()).await;
+        env.wait_ready("svc", &v1).await;
+        let adopted = env.deployment("svc").await;
+        assert_eq!(
+            adopted["spec"]["template"], before["spec"]["template"],
+            "adopted as it was: no pod replaced"
+        );
+
+        env.models()
+            .delete("svc", &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_model_gone("svc", ROLLOUT).await;
+        let released = env.deployment("svc").await;
+        assert_eq!(
+            env_entry(&released, "openmed-service"),
+            json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS"}),
+            "the preload reference the earlier operator wrote is gone"
+        );
+        for annotations in [
+            &released["metadata"]["annotations"],
+            &released["spec"]["template"]["metadata"]["annotations"],
+        ] {
+            assert!(
+                annotations.get("openmed.ai/model-resource").is_none(),
+                "{annotations}"
+            );
+        }
+        let events = env.event_reasons("svc").await;
+        let releases = events.iter().filter(|(r, _)| r == "TargetReleased").count();
+        assert!(releases <= 2, "released again and again: {events:?}");
+        env.finish().await;
+    });
+}
+
+/// The finalizer of the earlier operator.
+const EARLIER_FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
 
 fn render_and_the_operator_agree_on_generated_resources() {
     block_on(async {

@@ -187,7 +187,9 @@ fn a_version_bump_drops_nothing() {
         assert_answered_as_named(&old, V1);
         assert_answered_as_named(&new, V2);
         let served = app.env.deployment(NAME).await;
-        eprintln!("rollout::a_version_bump_drops_nothing (stock app, 20 requests/s naming v1, then 20 naming v2, through the Gateway):");
+        eprintln!(
+            "rollout::a_version_bump_drops_nothing (stock app, 20 requests/s naming v1, then 20 naming v2, through the Gateway):"
+        );
         let phases = phases_around(
             &old,
             [
@@ -200,7 +202,10 @@ fn a_version_bump_drops_nothing() {
         );
         let after = phase("v2 clients after RolloutSucceeded", &new);
         let rollout = (succeeded - bumped) / 1000.0;
-        eprintln!("  bump → RolloutSucceeded {rollout:.1} s; served set {}", served_set(&served));
+        eprintln!(
+            "  bump → RolloutSucceeded {rollout:.1} s; served set {}",
+            served_set(&served)
+        );
         record_result(json!({
             "scenario": "a_version_bump_drops_nothing", "app": "stock", "rps": 20,
             "phases": phases, "new_clients": after,

@@ -281,6 +281,44 @@ impl World {
                     .unwrap()
                     .remove("rollingUpdate");
             }
+            Write::StrategicPatchDeployment { name, patch } => {
+                let target = self
+                    .deployment
+                    .iter_mut()
+                    .chain(self.canary.iter_mut())
+                    .chain(self.other_deployments.iter_mut())
+                    .find(|d| d["metadata"]["name"] == json!(name))
+                    .expect("a patch of an existing Deployment");
+                // The marks the patch takes back, as the API server's
+                // strategic merge would.
+                if patch.pointer("/metadata/annotations").is_some()
+                    && let Some(a) = target["metadata"]["annotations"].as_object_mut()
+                {
+                    a.remove(MODEL_RESOURCE_ANNOTATION);
+                }
+                if patch.pointer("/spec/template/metadata").is_some()
+                    && let Some(a) =
+                        target["spec"]["template"]["metadata"]["annotations"].as_object_mut()
+                {
+                    a.remove(MODEL_RESOURCE_ANNOTATION);
+                }
+                if let Some(c) = patch.pointer("/spec/template/spec/containers/0/name") {
+                    for container in target["spec"]["template"]["spec"]["containers"]
+                        .as_array_mut()
+                        .unwrap()
+                        .iter_mut()
+                        .filter(|x| &x["name"] == c)
+                    {
+                        for e in container["env"].as_array_mut().unwrap() {
+                            if e["name"] == json!(PRELOAD_ENV)
+                                && let Some(e) = e.as_object_mut()
+                            {
+                                e.remove("valueFrom");
+                            }
+                        }
+                    }
+                }
+            }
             Write::PatchRoute { name, patch } => {
                 let route = self
                     .route
