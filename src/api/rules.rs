@@ -8,8 +8,11 @@
 /// A model family: a letter, then letters, digits, `.`, `_` or `-`, at most 63 characters.
 pub const FAMILY_PATTERN: &str = r"^[A-Za-z](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$";
 
-/// A version pointer: a Hugging Face style name, optionally with a revision
-/// or digest (`OpenMed/pii-v2`, `hf.co/OpenMed/x@sha256:...`), at most 253 characters.
+/// A version pointer as the earlier operator accepted it, at most 253
+/// characters: the CRD stores what it stored, so a cluster can move
+/// between the two. The service loads only model ids (`OpenMed/pii-v2`) or
+/// paths in its pod; [`version_refusal`] says which stored values
+/// openmed-op will not roll out.
 pub const VERSION_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9._:@/+~-]{0,252}$";
 
 /// An RFC 1123 DNS subdomain (names of Deployments and ConfigMaps).
@@ -121,6 +124,35 @@ pub fn is_service_model_id(version: &str) -> bool {
         None => part(version),
         Some((org, model)) => part(org) && part(model),
     }
+}
+
+/// The characters the earlier operator's version pattern allowed that no
+/// model id has (revisions, digests, tags): the service loads such a
+/// pointer only as a path inside its pod, which these never are in practice.
+pub const REFERENCE_ONLY_VERSION_CHARS: [char; 4] = [':', '@', '+', '~'];
+
+/// Why openmed-op refuses to roll out `version`, when it does: a pointer
+/// the earlier operator accepted (and the CRD still stores, for a move
+/// between the two) but the OpenMed service would refuse, so every new pod
+/// would exit at start. `None` for everything else.
+pub fn version_refusal(version: &str) -> Option<String> {
+    let found: String = version
+        .chars()
+        .filter(|c| REFERENCE_ONLY_VERSION_CHARS.contains(c))
+        .fold(String::new(), |mut seen, c| {
+            if !seen.contains(c) {
+                seen.push(c);
+            }
+            seen
+        });
+    if found.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = found.chars().map(|c| format!("'{c}'")).collect();
+    Some(format!(
+        "spec.version {version:?} has {}, which the earlier operator accepted but the OpenMed service does not: it loads a model id `model` or `org/model` (letters, digits, '.', '_', '-'), or a path inside its pod, and every new pod would exit at start. Pin a version by giving it an id of its own (as OpenMed/pii-2026-12-01); nothing is rolled out until spec.version changes",
+        list.join(", ")
+    ))
 }
 
 /// An entity label of a probe set or of `minRecall`, as the service

@@ -67,9 +67,13 @@ pub struct OpenMedModelSpec {
     pub family: String,
 
     /// Version pointer of the model to preload, for example
-    /// `OpenMed/synthetic-pii-v2` or `hf.co/OpenMed/Disease-Det@sha256:...`.
-    /// Changing it is a rollout. Prefer an immutable revision or digest over a
-    /// moving name such as `latest`.
+    /// `OpenMed/synthetic-pii-v2`: a model id the OpenMed service loads
+    /// (`model` or `org/model`: letters, digits, `.`, `_`, `-`) or a path
+    /// inside its pod. Changing it is a rollout. Pin a version by giving
+    /// each one an id of its own, never a moving name such as `latest`;
+    /// revisions and digests (`@`, `:`, `+`, `~`) are stored for
+    /// compatibility with the earlier operator, but the service refuses
+    /// them and openmed-op does not roll them out.
     #[schemars(regex(pattern = rules::VERSION_PATTERN))]
     pub version: String,
 

@@ -276,6 +276,9 @@ pub mod reason {
     /// answer the version: read from a ConfigMap or Secret, or applied by
     /// another tool without it. Nothing is written until it can.
     pub const SERVED_SET_REFUSED: &str = "ServedSetRefused";
+    /// `spec.version` has a character the earlier operator accepted and
+    /// the service refuses (`api::rules::version_refusal`).
+    pub const VERSION_NOT_A_MODEL_ID: &str = "VersionNotAModelId";
 }
 
 /// The `action` of an `events.k8s.io/v1` Event: what the operator was doing

@@ -350,6 +350,13 @@ impl<'a> Step<'a> {
             }
         };
         let canary = spec.canary.as_ref();
+        // A pointer every new pod would refuse is never rolled out.
+        if let Some(message) = crate::api::rules::version_refusal(&wanted.normalized.version) {
+            let canaries = self.canary_deployments(canary);
+            self.release_stale(&wanted, &canaries);
+            self.end_canary_blocked(&message);
+            return self.blocked(reason::VERSION_NOT_A_MODEL_ID, message);
+        }
         // A target that is missing or cannot be written holds everything,
         // before a canary may start: one started now would only be ended by
         // this same decision, and again by the next.

@@ -40,7 +40,9 @@ pub mod rule {
     pub const MODEL_DELETED: &str = "ModelDeleted";
     /// `spec.version` names a revision that can move (`:latest`, `@main`).
     pub const MUTABLE_VERSION: &str = "MutableVersion";
-    /// `spec.version` is not a model id the OpenMed service accepts.
+    /// `spec.version` is not a model id the OpenMed service accepts: an
+    /// error for the characters it never accepts (`:`, `@`, `+`, `~`), a
+    /// warning otherwise (it may be a path in the pod).
     pub const NOT_A_SERVICE_MODEL_ID: &str = "NotAServiceModelId";
     /// `spec.targetRef` points at another Deployment or container.
     pub const TARGET_CHANGED: &str = "TargetChanged";
@@ -590,7 +592,7 @@ fn mutable_version(facts: &Facts, findings: &mut Vec<Finding>) {
             &facts.doc.at("spec.version"),
             rule::MUTABLE_VERSION,
             format!(
-                "{version:?} names {moving:?}, which can move: pods restarted later may load another model than the one rolled out, and a rollback cannot bring the old one back; pin an immutable version: a model id of its own per version (as OpenMed/synthetic-pii-v2), or @<commit> / @sha256:<digest> where the service accepts revisions"
+                "{version:?} names {moving:?}, which can move: pods restarted later may load another model than the one rolled out, and a rollback cannot bring the old one back; pin an immutable version: a model id of its own per version (as OpenMed/synthetic-pii-v2); the OpenMed service refuses revisions and digests (@, :) in a pointer"
             ),
         )
         .resource(facts.key.to_string())
@@ -605,6 +607,18 @@ fn service_model_id(facts: &Facts, findings: &mut Vec<Finding>) {
         return;
     };
     if api::rules::is_service_model_id(version) {
+        return;
+    }
+    if let Some(message) = api::rules::version_refusal(version) {
+        findings.push(
+            Finding::error(
+                &facts.doc.at("spec.version"),
+                rule::NOT_A_SERVICE_MODEL_ID,
+                message,
+            )
+            .resource(facts.key.to_string())
+            .field("spec.version"),
+        );
         return;
     }
     findings.push(

@@ -1390,6 +1390,30 @@ fn a_missing_target_blocks_without_writes_and_heals_when_created() {
 }
 
 #[test]
+fn a_version_the_earlier_operator_accepted_but_the_service_refuses_is_never_rolled_out() {
+    let mut w = World::ready_at("v1");
+    let template = w.dep()["spec"]["template"].clone();
+    w.set_version("OpenMed/pii@sha256:0123abcd");
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::VERSION_NOT_A_MODEL_ID]);
+    assert!(
+        events[0].message.contains("has '@', ':'"),
+        "{}",
+        events[0].message
+    );
+    assert!(w.writes.is_empty(), "{:?}", w.writes);
+    assert_eq!(w.dep()["spec"]["template"], template, "v1 keeps serving");
+    assert_eq!(
+        w.condition(READY),
+        ("False".into(), "VersionNotAModelId".into())
+    );
+    assert_eq!(w.status().active_version.as_deref(), Some("v1"));
+    // A version the service loads is rolled out as usual.
+    w.set_version("v2");
+    assert_eq!(reasons(&w.reconcile()), [reason::ROLLOUT_STARTED]);
+}
+
+#[test]
 fn a_missing_container_blocks_and_heals_when_added() {
     let mut w = World::new(spec("v1"));
     w.dep()["spec"]["template"]["spec"]["containers"][0]["name"] = json!("api");
