@@ -497,11 +497,11 @@ fn a_moving_version_is_a_warning_and_a_pinned_one_is_not() {
 /// `validate_model_name` (3.1.0); `tests/workload.rs` holds the two to the
 /// same answers on a real install.
 #[test]
-fn a_pointer_the_openmed_service_refuses_is_a_warning() {
+fn a_pointer_the_service_refuses_is_an_error_and_a_path_a_warning() {
+    // A revision or digest: never a model id, an error.
     for refused in [
         "OpenMed/pii:v2",
         "org/model@main",
-        "a/b/c",
         "hf.co/OpenMed/pii@sha256:0123abcd",
         "OpenMed/pii+local",
         "OpenMed/pii~1",
@@ -511,10 +511,15 @@ fn a_pointer_the_openmed_service_refuses_is_a_warning() {
             .iter()
             .find(|f| f.rule == rule::NOT_A_SERVICE_MODEL_ID)
             .unwrap_or_else(|| panic!("{refused}: {findings:?}"));
-        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.severity, Severity::Error, "{refused}");
         assert_eq!(f.location.line, Some(9));
         assert!(f.message.contains("`org/model`"), "{}", f.message);
     }
+    // Not an id, but perhaps a path in the pod: a warning.
+    let findings = case(file("a.yaml", &[&model("svc", "a/b/c")])).findings();
+    let f = only(&findings, rule::NOT_A_SERVICE_MODEL_ID);
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(f.message.contains("`org/model`"), "{}", f.message);
     for accepted in [
         "OpenMed/pii-v2",
         "pii",
