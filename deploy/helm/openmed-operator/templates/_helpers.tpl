@@ -58,8 +58,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/*
-Exactly what the operator uses, and nothing else: no Secrets, no Pods, no
-Services, no Nodes, and it can neither create nor delete Deployments. The
+Exactly what the operator uses, and nothing else: no Secrets, no Services,
+no Nodes; Pods are only read, and only their status condition
+openmed.ai/model-quality is written (pods/status); it can neither create nor
+delete Deployments or Pods. The
 ClusterRole (all namespaces) and each Role (watchNamespaces) grant these.
 docs/operations.md gives the reason for every rule.
 */}}
