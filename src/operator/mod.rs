@@ -45,7 +45,7 @@ pub use model::RawModel;
 
 use crate::api::names::{
     FIELD_MANAGER, MANAGED_BY_LABEL, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
-    OPERATED_BY_LABEL,
+    OPERATED_BY_LABEL, PRELOAD_ENV, SERVED_ENV,
 };
 use crate::api::quality::QUALITY_CONDITION;
 use crate::rollout::Settings;
@@ -699,38 +699,121 @@ fn scale_target(hpa: &HorizontalPodAutoscaler) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Like [`forget_write_records`], but keeps the time of the operator's own
-/// last apply, and of its field list only whether it owns `spec.replicas`:
-/// `decide` judges a rollout's deadline from when that write landed by the
-/// API server's clock, hands `replicas` over before an apply that stops
-/// sending it, and after a restart the cache is where it finds both.
+/// Like [`forget_write_records`], but keeps what decisions read of the
+/// field list: of the operator's own last apply, its time and whether it
+/// owns `spec.replicas` (`decide` judges a rollout's deadline from when
+/// that write landed by the API server's clock, and hands `replicas` over
+/// before an apply that stops sending it); of every other manager, only
+/// whether it holds the fields the operator must not fight or must take
+/// back: the ownership annotations, and the preload and served-set entries
+/// of the containers ([`others_relevant_fields`]). After a restart the
+/// cache is where it finds all of it.
 fn keep_own_apply_time<K: ResourceExt>(deployment: &mut K) {
     forget_last_applied(deployment.meta_mut());
-    let own = deployment
+    let kept = deployment
         .meta_mut()
         .managed_fields
         .take()
         .into_iter()
         .flatten()
-        .filter(|m| {
-            m.manager.as_deref() == Some(FIELD_MANAGER)
+        .filter_map(|mut m| {
+            let ours = m.manager.as_deref() == Some(FIELD_MANAGER);
+            if ours
                 && m.operation.as_deref() == Some("Apply")
                 && m.subresource.as_deref().unwrap_or_default().is_empty()
-        })
-        .map(|mut m| {
-            let replicas = m
+            {
+                let replicas = m
+                    .fields_v1
+                    .as_ref()
+                    .is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some());
+                m.fields_v1 = replicas.then(|| {
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                        serde_json::json!({"f:spec": {"f:replicas": {}}}),
+                    )
+                });
+                return Some(m);
+            }
+            // The rest, the operator's own patches (Updates) among them:
+            // the earlier operator patched under the same name.
+            let fields = m
                 .fields_v1
                 .as_ref()
-                .is_some_and(|f| f.0.pointer("/f:spec/f:replicas").is_some());
-            m.fields_v1 = replicas.then(|| {
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
-                    serde_json::json!({"f:spec": {"f:replicas": {}}}),
-                )
-            });
-            m
+                .and_then(|f| others_relevant_fields(&f.0))?;
+            m.fields_v1 = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
+                fields,
+            ));
+            m.time = None;
+            Some(m)
         })
         .collect::<Vec<_>>();
-    deployment.meta_mut().managed_fields = (!own.is_empty()).then_some(own);
+    deployment.meta_mut().managed_fields = (!kept.is_empty()).then_some(kept);
+}
+
+/// The part of another manager's field list a decision reads: the
+/// `openmed.ai/model-resource` annotations (a release takes them back),
+/// and each container's preload and served-set entries (`value`,
+/// `valueFrom`: a release takes the preload reference back; a served set
+/// another applier keeps is theirs). `None` when it holds none of them.
+fn others_relevant_fields(fields: &serde_json::Value) -> Option<serde_json::Value> {
+    use serde_json::{Map, Value, json};
+    let annotation = format!("f:{MODEL_RESOURCE_ANNOTATION}");
+    let mut out = Map::new();
+    if fields
+        .pointer("/f:metadata/f:annotations")
+        .and_then(|a| a.get(&annotation))
+        .is_some()
+    {
+        out.insert(
+            "f:metadata".into(),
+            json!({"f:annotations": {annotation.clone(): {}}}),
+        );
+    }
+    let mut template = Map::new();
+    if fields
+        .pointer("/f:spec/f:template/f:metadata/f:annotations")
+        .and_then(|a| a.get(&annotation))
+        .is_some()
+    {
+        template.insert(
+            "f:metadata".into(),
+            json!({"f:annotations": {annotation: {}}}),
+        );
+    }
+    let entries: Vec<String> = [PRELOAD_ENV, SERVED_ENV]
+        .iter()
+        .map(|name| format!("k:{}", json!({ "name": name })))
+        .collect();
+    let mut containers = Map::new();
+    if let Some(Value::Object(all)) = fields.pointer("/f:spec/f:template/f:spec/f:containers") {
+        for (key, container) in all {
+            let mut env = Map::new();
+            for entry in &entries {
+                let Some(Value::Object(held)) =
+                    container.pointer("/f:env").and_then(|e| e.get(entry))
+                else {
+                    continue;
+                };
+                let kept: Map<String, Value> = held
+                    .iter()
+                    .filter(|(k, _)| *k == "f:value" || *k == "f:valueFrom")
+                    .map(|(k, _)| (k.clone(), json!({})))
+                    .collect();
+                if !kept.is_empty() {
+                    env.insert(entry.clone(), Value::Object(kept));
+                }
+            }
+            if !env.is_empty() {
+                containers.insert(key.clone(), json!({ "f:env": env }));
+            }
+        }
+    }
+    if !containers.is_empty() {
+        template.insert("f:spec".into(), json!({ "f:containers": containers }));
+    }
+    if !template.is_empty() {
+        out.insert("f:spec".into(), json!({ "f:template": template }));
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// Completes on SIGTERM (what Kubernetes sends) or SIGINT.
@@ -782,5 +865,58 @@ mod tests {
         .unwrap();
         keep_own_apply_time(&mut deployment);
         assert_eq!(deployment.metadata.annotations, None);
+    }
+
+    #[test]
+    fn the_cache_keeps_which_fields_others_hold_that_decisions_read() {
+        let preload = r#"k:{"name":"OPENMED_SERVICE_PRELOAD_MODELS"}"#;
+        let served = r#"k:{"name":"OPENMED_SERVICE_SERVED_MODELS"}"#;
+        let other = r#"k:{"name":"OTHER"}"#;
+        let container = r#"k:{"name":"openmed-service"}"#;
+        let mut deployment: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "d", "managedFields": [
+                {"manager": "openmed-operator", "operation": "Apply", "time": "2026-12-05T00:00:00Z",
+                 "fieldsV1": {"f:spec": {"f:replicas": {}, "f:strategy": {}}}},
+                {"manager": "Python-urllib", "operation": "Update", "time": "2026-12-05T00:00:00Z",
+                 "fieldsV1": {
+                    "f:metadata": {"f:annotations": {"f:openmed.ai/model-resource": {}, "f:x": {}}},
+                    "f:spec": {"f:replicas": {}, "f:template": {
+                        "f:metadata": {"f:annotations": {"f:openmed.ai/model-resource": {}}},
+                        "f:spec": {"f:containers": {container: {
+                            "f:image": {},
+                            "f:env": {preload: {"f:valueFrom": {"f:configMapKeyRef": {}}, ".": {}},
+                                      other: {"f:value": {}}},
+                        }}},
+                    }},
+                 }},
+                {"manager": "kustomize-controller", "operation": "Apply",
+                 "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {container: {
+                    "f:env": {served: {"f:value": {}}}}}}}}}},
+                {"manager": "kubectl", "operation": "Update",
+                 "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            ]},
+        }))
+        .unwrap();
+        keep_own_apply_time(&mut deployment);
+        let kept = serde_json::to_value(&deployment.metadata.managed_fields).unwrap();
+        assert_eq!(
+            kept,
+            json!([
+                {"manager": "openmed-operator", "operation": "Apply", "time": "2026-12-05T00:00:00Z",
+                 "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+                {"manager": "Python-urllib", "operation": "Update",
+                 "fieldsV1": {
+                    "f:metadata": {"f:annotations": {"f:openmed.ai/model-resource": {}}},
+                    "f:spec": {"f:template": {
+                        "f:metadata": {"f:annotations": {"f:openmed.ai/model-resource": {}}},
+                        "f:spec": {"f:containers": {container: {"f:env": {preload: {"f:valueFrom": {}}}}}},
+                    }},
+                 }},
+                {"manager": "kustomize-controller", "operation": "Apply",
+                 "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {container: {
+                    "f:env": {served: {"f:value": {}}}}}}}}}},
+            ]),
+            "ours trimmed to replicas; others' to the marks and entries decisions read; the rest gone"
+        );
     }
 }

@@ -471,15 +471,20 @@ impl DeploymentFields {
     }
 }
 
-/// Whether a field manager other than the operator's holds the field at
-/// `path` (keys of `fieldsV1`) of a Deployment (as JSON).
+/// Whether a field list other than the operator's server-side apply holds
+/// the field at `path` (keys of `fieldsV1`) of a Deployment (as JSON).
+/// The earlier operator patches under the same manager name,
+/// `openmed-operator`, as an Update: that entry is another's too.
 fn held_by_another(observed: &Value, path: &[&str]) -> bool {
     observed
         .pointer("/metadata/managedFields")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter(|m| m.get("manager").and_then(Value::as_str) != Some(FIELD_MANAGER))
+        .filter(|m| {
+            m.get("manager").and_then(Value::as_str) != Some(FIELD_MANAGER)
+                || m.get("operation").and_then(Value::as_str) != Some("Apply")
+        })
         .any(|m| {
             path.iter()
                 .try_fold(m.get("fieldsV1"), |at, key| Some(at?.get(*key)))
@@ -779,9 +784,9 @@ mod tests {
         let fields = DeploymentFields::released("ns", "svc", "openmed-service", &json!({}), None);
         let env_path = json!({"k:{\"name\":\"openmed-service\"}": {"f:env": {
             "k:{\"name\":\"OPENMED_SERVICE_PRELOAD_MODELS\"}": {"f:valueFrom": {}}}}});
-        let held = |manager: &str| {
+        let held_as = |manager: &str, operation: &str| {
             json!({"metadata": {"managedFields": [{
-                "manager": manager, "operation": "Update",
+                "manager": manager, "operation": operation,
                 "fieldsV1": {
                     "f:metadata": {"f:annotations": {"f:openmed.ai/model-resource": {}}},
                     "f:spec": {"f:template": {
@@ -791,8 +796,13 @@ mod tests {
                 },
             }]}})
         };
-        assert_eq!(fields.release_reset(&held(FIELD_MANAGER)), None);
+        let held = |manager: &str| held_as(manager, "Update");
+        assert!(
+            fields.release_reset(&held(FIELD_MANAGER)).is_some(),
+            "the earlier operator patches as openmed-operator too, an Update"
+        );
         assert_eq!(fields.release_reset(&json!({})), None);
+        assert_eq!(fields.release_reset(&held_as(FIELD_MANAGER, "Apply")), None);
         let patch = fields.release_reset(&held("kopf")).expect("a patch");
         assert_eq!(
             patch,

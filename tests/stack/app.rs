@@ -30,11 +30,15 @@ pub fn start_stack() -> bool {
         .stdout(Stdio::null())
         .status()
         .expect("tests/workload/up runs");
-    assert!(
-        status.success(),
-        "tests/workload/up failed; see {}/logs",
-        cluster_dir().display()
-    );
+    if !status.success() {
+        // What it started must not outlive the run: a half-started stack
+        // holds its ports, and the next start would fail on them.
+        stop_stack();
+        panic!(
+            "tests/workload/up failed (the stack is stopped again); see {}/logs",
+            cluster_dir().display()
+        );
+    }
     !was_running
 }
 
