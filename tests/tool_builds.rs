@@ -135,3 +135,54 @@ fn a_module_the_script_does_not_require_is_an_error_not_an_empty_folder() {
     assert!(!ok, "{stderr}");
     assert!(stderr.contains("error:"), "{stderr}");
 }
+
+/// No script pipes a command into `grep -q`: under `set -o pipefail`, grep
+/// exits at its first match, the writer dies of SIGPIPE, and the pipeline
+/// fails on a match (the gateway build's Envoy version check failed one run
+/// in three that way). Capture the output, then match it.
+#[test]
+fn no_script_pipes_into_an_early_exiting_grep() {
+    let mut offenders = Vec::new();
+    let mut stack = vec![
+        root().join("tests"),
+        root().join("examples"),
+        root().join(".ci"),
+    ];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let shell = path.extension().is_some_and(|e| e == "sh")
+                || text.starts_with("#!/usr/bin/env bash")
+                || text.starts_with("#!/bin/bash")
+                || text.starts_with("#!/bin/sh");
+            if !shell {
+                continue;
+            }
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split(" #").next().unwrap_or(line).trim_start();
+                if code.starts_with('#') {
+                    continue;
+                }
+                // `||` is not a pipe; `|&` is.
+                let pipes = code.replace("||", "\u{0}\u{0}");
+                let piped = pipes.split('|').skip(1).any(|after| {
+                    after
+                        .trim_start_matches('&')
+                        .trim_start()
+                        .starts_with("grep -q")
+                });
+                if piped {
+                    offenders.push(format!("{}:{}: {line}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "{offenders:#?}");
+}
