@@ -24,9 +24,7 @@
 
 use serde_json::Value;
 
-use crate::api::names::{
-    MANIFEST_HASH_ANNOTATION, PRELOAD_ENV, SERVED_ENV, SERVED_VERSIONS_ANNOTATION,
-};
+use crate::api::names::{MANIFEST_HASH_ANNOTATION, SERVED_ENV, SERVED_VERSIONS_ANNOTATION};
 
 /// How the container declares its served set today.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,8 +239,8 @@ pub struct RenderedSet {
 ///
 /// Without a status, the retained version is what the Deployment served
 /// before this change: the first of its recorded versions (an earlier
-/// render's annotation), else the pointer's version, else the version a
-/// literal preload value names (a Deployment no operator managed yet). So a bump rendered
+/// render's annotation), else the pointer's version (as the operator,
+/// never a version a literal preload value names). So a bump rendered
 /// into Git serves the old and the new name, and rendering the output again
 /// changes nothing. `None` leaves the container as it is: no such
 /// container, or a template that already preloads this manifest and
@@ -265,12 +263,7 @@ pub fn rendered(
         return Ok(None);
     }
     let recorded = recorded(deployment);
-    let literal = preloaded_literal(deployment, container);
-    let before = recorded
-        .first()
-        .map(String::as_str)
-        .or(pointer_version)
-        .or(literal.as_deref());
+    let before = recorded.first().map(String::as_str).or(pointer_version);
     let model = entries_for(version, &recorded, [before, None]);
     let mut known: Vec<&str> = recorded.iter().map(String::as_str).collect();
     known.extend(pointer_version);
@@ -292,25 +285,6 @@ pub fn recorded(deployment: &Value) -> Vec<String> {
         .and_then(Value::as_str)
         .map(split)
         .unwrap_or_default()
-}
-
-/// The version a container preloads by a literal value of the preload
-/// variable: how a Deployment no operator managed names its model.
-pub fn preloaded_literal(deployment: &Value, container: &str) -> Option<String> {
-    deployment
-        .pointer("/spec/template/spec/containers")?
-        .as_array()?
-        .iter()
-        .find(|c| c.get("name").and_then(Value::as_str) == Some(container))?
-        .get("env")?
-        .as_array()?
-        .iter()
-        .find(|e| e.get("name").and_then(Value::as_str) == Some(PRELOAD_ENV))?
-        .get("value")?
-        .as_str()
-        .map(str::trim)
-        .filter(|v| !v.is_empty() && !v.contains(','))
-        .map(str::to_owned)
 }
 
 /// Where a container's served-set entry is in a Deployment, as a field

@@ -54,21 +54,16 @@ impl Step<'_> {
             }
             return Ok(());
         }
-        // A Deployment adopted from a literal preload value serves that
-        // name: it is the version clients use until the first rollout is
-        // done.
-        let literal = served::preloaded_literal(&observed, &container);
-        let mut retained = self.retained_versions();
-        if retained[0].is_none() {
-            retained[0] = literal.as_deref();
-        }
+        // Only the retained versions, never a version the Deployment named
+        // by hand before it was adopted: a rollback must write exactly the
+        // template the version it restores had, so the Deployment
+        // controller takes its own ReplicaSet back, and the status keeps
+        // no such name.
         let recorded = served::recorded(&observed);
-        let model = served::entries_for(&version, &recorded, retained);
+        let model = served::entries_for(&version, &recorded, self.retained_versions());
         // The entries an earlier write recorded as the model's are the
-        // model's, even when the status no longer names them (the literal
-        // version a Deployment was adopted from).
+        // model's, even when the status no longer names them.
         let mut known = self.known_versions(&version);
-        known.extend(literal.clone());
         known.extend(recorded);
         let known: Vec<&str> = known.iter().map(String::as_str).collect();
         plan.deployment.served =

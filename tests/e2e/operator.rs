@@ -311,8 +311,8 @@ fn the_served_set_follows_the_versions_and_a_set_it_cannot_edit_is_refused() {
         let live = env.deployment("svc").await;
         assert_eq!(
             served_entry(&live, "openmed-service"),
-            with_defaults(&format!("{v1},boot")),
-            "the first pods also answer the version the Deployment named by hand, and the service's defaults"
+            with_defaults(&v1),
+            "the first pods answer the version and the service's defaults"
         );
         env.set_spec("svc", json!({"version": v2})).await;
         env.wait_ready("svc", &v2).await;
@@ -320,7 +320,7 @@ fn the_served_set_follows_the_versions_and_a_set_it_cannot_edit_is_refused() {
         assert_eq!(
             served_entry(&live, "openmed-service"),
             with_defaults(&format!("{v2},{v1}")),
-            "expand: clients naming v1 are answered through the bump; contract: boot left"
+            "expand: clients naming v1 are answered through the bump"
         );
         assert_eq!(
             live["metadata"]["annotations"]["openmed.ai/served-versions"],
