@@ -164,6 +164,24 @@ fn make_model_is_deterministic_and_writes_whole_models_only() {
     assert_eq!(names, ["models--OpenMed--same"]);
 }
 
+/// Runs `script` in the installed service's Python with `inputs` as JSON
+/// on its stdin, from a folder where no input names an existing path, and
+/// returns the JSON it prints.
+fn ask_the_service(script: &str, inputs: &[&str]) -> Value {
+    let empty = tempfile::tempdir().unwrap();
+    let mut child = Command::new(workload().join("venv/bin/python"))
+        .args(["-c", script])
+        .current_dir(empty.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    serde_json::to_writer(child.stdin.take().unwrap(), inputs).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The service's own rule, asked of the installed service on each input
 /// (from a folder where no input names an existing path).
 #[test]
@@ -195,18 +213,8 @@ for name in json.load(sys.stdin):
         answers[name] = False
 print(json.dumps(answers))
 ";
-    let empty = tempfile::tempdir().unwrap();
-    let mut child = Command::new(workload().join("venv/bin/python"))
-        .args(["-c", script])
-        .current_dir(empty.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    serde_json::to_writer(child.stdin.take().unwrap(), &inputs).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let service: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let service = ask_the_service(script, &inputs);
+    let service = service.as_object().unwrap();
     for input in inputs {
         assert_eq!(
             openmed_op::api::rules::is_service_model_id(input),
@@ -245,18 +253,7 @@ from openmed.service import runtime
 answers = {name: bool(runtime._is_served_identifier(name)) for name in json.load(sys.stdin)}
 print(json.dumps({'answers': answers, 'defaults': list(runtime.DEFAULT_SERVED_MODELS)}))
 ";
-    let empty = tempfile::tempdir().unwrap();
-    let mut child = Command::new(workload().join("venv/bin/python"))
-        .args(["-c", script])
-        .current_dir(empty.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    serde_json::to_writer(child.stdin.take().unwrap(), &inputs).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let service: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let service = ask_the_service(script, &inputs);
     for input in inputs {
         assert_eq!(
             openmed_op::plan::served::is_served_name(input),

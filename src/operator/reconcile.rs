@@ -1149,6 +1149,22 @@ fn at_version(body: &serde_json::Value, resource_version: Option<&String>) -> se
 
 /// Carries out a decision's writes in order, each conditioned on what the
 /// decision saw; stops at the first failure.
+/// Notes a Deployment a write returned: in the recent writes (for the
+/// caches), for the next write's precondition, and for the next decision.
+fn deployment_written(
+    ctx: &Context,
+    seen: &mut Seen,
+    fresh: &mut Fresh,
+    name: &str,
+    stored: Deployment,
+) {
+    ctx.written
+        .deployments
+        .wrote(&CachedDeployment::of(&stored));
+    seen.deployment_written(&stored);
+    fresh.deployments.insert(name.to_owned(), Some(stored));
+}
+
 async fn execute(
     writes: &[Write],
     namespace: &str,
@@ -1231,11 +1247,7 @@ async fn execute(
                 };
                 let patch = at_version(patch, seen.deployments.get(name).and_then(Option::as_ref));
                 let stored = api.patch(name, &params, &Patch::Merge(&patch)).await?;
-                ctx.written
-                    .deployments
-                    .wrote(&CachedDeployment::of(&stored));
-                seen.deployment_written(&stored);
-                fresh.deployments.insert(name.clone(), Some(stored));
+                deployment_written(ctx, &mut seen, fresh, name, stored);
             }
             Write::StrategicPatchDeployment { name, patch } => {
                 let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
@@ -1247,11 +1259,7 @@ async fn execute(
                 let patch = at_version(patch, seen.deployments.get(name).and_then(Option::as_ref));
                 match api.patch(name, &params, &Patch::Strategic(&patch)).await {
                     Ok(stored) => {
-                        ctx.written
-                            .deployments
-                            .wrote(&CachedDeployment::of(&stored));
-                        seen.deployment_written(&stored);
-                        fresh.deployments.insert(name.clone(), Some(stored));
+                        deployment_written(ctx, &mut seen, fresh, name, stored);
                     }
                     // Only sent for a release: a Deployment that is gone
                     // needs none.
@@ -1270,11 +1278,7 @@ async fn execute(
                 let params = PatchParams::apply(REPLICAS_HANDOVER_FIELD_MANAGER);
                 match api.patch(name, &params, &Patch::Apply(&body)).await {
                     Ok(stored) => {
-                        ctx.written
-                            .deployments
-                            .wrote(&CachedDeployment::of(&stored));
-                        seen.deployment_written(&stored);
-                        fresh.deployments.insert(name.clone(), Some(stored));
+                        deployment_written(ctx, &mut seen, fresh, name, stored);
                     }
                     // Another manager set another value meanwhile and owns
                     // the field: nothing is left to hand over.
@@ -1322,11 +1326,7 @@ async fn execute(
                 let body = at_version(body, seen.deployments.get(name).and_then(Option::as_ref));
                 match api.patch(name, &apply, &Patch::Apply(&body)).await {
                     Ok(stored) => {
-                        ctx.written
-                            .deployments
-                            .wrote(&CachedDeployment::of(&stored));
-                        seen.deployment_written(&stored);
-                        fresh.deployments.insert(name.clone(), Some(stored));
+                        deployment_written(ctx, &mut seen, fresh, name, stored);
                     }
                     // A Deployment deleted meanwhile needs no release: an
                     // apply would try to create it, which the operator may

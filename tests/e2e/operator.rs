@@ -104,7 +104,8 @@ pub fn trials() -> Vec<Trial> {
     ]
 }
 
-fn env_entry(deployment: &Value, container: &str) -> Value {
+/// The env entry `name` of `container` in a Deployment, `Null` when absent.
+fn env_named(deployment: &Value, container: &str, name: &str) -> Value {
     deployment["spec"]["template"]["spec"]["containers"]
         .as_array()
         .unwrap()
@@ -114,25 +115,18 @@ fn env_entry(deployment: &Value, container: &str) -> Value {
         .as_array()
         .into_iter()
         .flatten()
-        .find(|e| e["name"] == "OPENMED_SERVICE_PRELOAD_MODELS")
+        .find(|e| e["name"] == name)
         .cloned()
         .unwrap_or(Value::Null)
 }
 
+fn env_entry(deployment: &Value, container: &str) -> Value {
+    env_named(deployment, container, "OPENMED_SERVICE_PRELOAD_MODELS")
+}
+
 /// The container's served set, `Null` when it lists none.
 fn served_entry(deployment: &Value, container: &str) -> Value {
-    deployment["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == container)
-        .unwrap()["env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e["name"] == "OPENMED_SERVICE_SERVED_MODELS")
-        .map(|e| e["value"].clone())
-        .unwrap_or(Value::Null)
+    env_named(deployment, container, "OPENMED_SERVICE_SERVED_MODELS")["value"].clone()
 }
 
 /// The owned fields of a Deployment, for comparing live and rendered.

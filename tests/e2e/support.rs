@@ -440,20 +440,27 @@ pub const OPERATOR_IDENTITY: &str = "system:serviceaccount:openmed-system:openme
 /// kubeconfig that acts as the operator's service account: every operator
 /// test then runs with exactly the permissions users install, so a missing
 /// one fails a test.
+/// `kubectl apply -k deploy/operator --server-side`: the operator's
+/// namespace, ServiceAccount, RBAC and admission policies, as users
+/// install them.
+pub fn install_operator() {
+    let (ok, _, err) = kubectl(&[
+        "apply",
+        "-k",
+        root().join("deploy/operator").to_str().unwrap(),
+        "--server-side",
+        "--force-conflicts",
+    ]);
+    assert!(
+        ok,
+        "kubectl apply -k deploy/operator --server-side failed: {err}"
+    );
+}
+
 pub fn operator_kubeconfig() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
-        let (ok, _, err) = kubectl(&[
-            "apply",
-            "-k",
-            root().join("deploy/operator").to_str().unwrap(),
-            "--server-side",
-            "--force-conflicts",
-        ]);
-        assert!(
-            ok,
-            "kubectl apply -k deploy/operator --server-side failed: {err}"
-        );
+        install_operator();
         let admin = std::fs::read_to_string(kubeconfig()).unwrap();
         let mut config: Value = serde_yaml::from_str(&admin).unwrap();
         config["users"][0]["user"]["as"] = Value::String(OPERATOR_IDENTITY.to_owned());

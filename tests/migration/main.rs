@@ -217,6 +217,21 @@ fn ready_at(status: &OpenMedModelStatus, version: &str) -> bool {
             .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// Waits until openmed-op's finalizer is on the resource `svc`: it has
+/// taken the resource over.
+async fn taken_over(models: &Api<kube::api::DynamicObject>, what: &str) {
+    wait_until(
+        what,
+        ROLLOUT,
+        || async { models.get("svc").await.unwrap().metadata.finalizers },
+        |f| {
+            f.as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == "openmed.ai/release-target"))
+        },
+    )
+    .await;
+}
+
 fn from_the_earlier_operator_and_back(reference: PathBuf) {
     block_on(async {
         let client = admin().await;
@@ -312,14 +327,9 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
             client: client.clone(),
             ns,
         };
-        wait_until(
+        taken_over(
+            &models,
             "openmed-op to take the resource over (its finalizer)",
-            ROLLOUT,
-            || async { models.get("svc").await.unwrap().metadata.finalizers },
-            |f| {
-                f.as_ref()
-                    .is_some_and(|f| f.iter().any(|f| f == "openmed.ai/release-target"))
-            },
         )
         .await;
         let second = v2.clone();
@@ -396,15 +406,7 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
 
         // 5. openmed-op again, and the resource deleted with the earlier
         // operator's finalizer on it: the deletion completes.
-        operator_kubeconfig();
-        let (ok, _, err) = kubectl(&[
-            "apply",
-            "-k",
-            root().join("deploy/operator").to_str().unwrap(),
-            "--server-side",
-            "--force-conflicts",
-        ]);
-        assert!(ok, "{err}");
+        install_operator(); // the earlier operator's RBAC had replaced it
         env.operator = Operator::start(&name, &[]);
         let on_it = models.get("svc").await.unwrap().metadata.finalizers;
         assert!(
@@ -413,16 +415,7 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
                 .is_some_and(|f| f.iter().any(|f| f == EARLIER_FINALIZER)),
             "the earlier operator's finalizer is on the resource: {on_it:?}"
         );
-        wait_until(
-            "openmed-op to take the resource over again",
-            ROLLOUT,
-            || async { models.get("svc").await.unwrap().metadata.finalizers },
-            |f| {
-                f.as_ref()
-                    .is_some_and(|f| f.iter().any(|f| f == "openmed.ai/release-target"))
-            },
-        )
-        .await;
+        taken_over(&models, "openmed-op to take the resource over again").await;
         models
             .delete("svc", &DeleteParams::default())
             .await
