@@ -53,5 +53,6 @@ fn main() {
     if started {
         support::stop_cluster();
     }
+    support::print_failure_summary();
     conclusion.exit();
 }

@@ -195,6 +195,7 @@ impl TestNamespace {
     pub async fn create(client: &Client, prefix: &str) -> Self {
         let suffix: u32 = rand_suffix();
         let name = format!("e2e-{prefix}-{suffix:06x}");
+        TEST_NAMESPACE.with(|ns| *ns.borrow_mut() = Some(name.clone()));
         let api: Api<Namespace> = Api::all(client.clone());
         let ns: Namespace = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
@@ -347,14 +348,33 @@ where
     }
 }
 
-/// The last lines of every component log, for failure messages.
+thread_local! {
+    /// The namespace of the test running on this thread: its logs are the
+    /// ones a failure shows.
+    static TEST_NAMESPACE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+    /// Where this thread's last panic happened, for the failure summary.
+    static PANIC_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The last lines of the logs of the test running on this thread (its
+/// operator processes are named after its namespace), or of every
+/// component log when the thread runs no test; for failure messages.
 pub fn log_tails() -> String {
     let mut out = String::new();
     let dir = cluster_dir().join("logs");
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return out;
     };
-    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    let namespace = TEST_NAMESPACE.with(|ns| ns.borrow().clone());
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| match &namespace {
+            Some(ns) => p
+                .file_name()
+                .is_some_and(|f| f.to_string_lossy().contains(ns.as_str())),
+            None => true,
+        })
+        .collect();
     paths.sort();
     for path in paths {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -880,15 +900,74 @@ pub fn kubectl(args: &[&str]) -> (bool, String, String) {
 
 /// A trial from a plain function that panics on failure.
 pub fn trial(name: &'static str, test: fn()) -> libtest_mimic::Trial {
-    libtest_mimic::Trial::test(name, move || {
-        std::panic::catch_unwind(test).map_err(|e| {
-            e.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "test panicked".into())
-                .into()
-        })
+    libtest_mimic::Trial::test(name, move || recorded(name, test))
+}
+
+/// Runs a test, and keeps why it failed for [`print_failure_summary`].
+pub fn recorded(
+    name: &str,
+    test: impl FnOnce() + std::panic::UnwindSafe,
+) -> Result<(), libtest_mimic::Failed> {
+    remember_panic_locations();
+    PANIC_AT.with(|at| at.borrow_mut().take());
+    std::panic::catch_unwind(test).map_err(|e| {
+        let message = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "test panicked".into());
+        let at = PANIC_AT.with(|at| at.borrow_mut().take());
+        record_failure(name, at.as_deref(), &message);
+        message.into()
     })
+}
+
+/// Failures in the order they happened, each as its name, where it
+/// panicked and the first lines of its message.
+static FAILURES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn record_failure(name: &str, at: Option<&str>, message: &str) {
+    let head: Vec<String> = message
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(3)
+        .map(|l| l.chars().take(400).collect())
+        .collect();
+    let entry = format!(
+        "{name} (panicked at {})\n    {}",
+        at.unwrap_or("an unknown place"),
+        head.join("\n    ")
+    );
+    FAILURES.lock().unwrap().push(entry);
+}
+
+/// Prints every failure once more, last of all: a long log tail in a
+/// message must not push out why a test failed.
+pub fn print_failure_summary() {
+    let failures = FAILURES.lock().unwrap();
+    if failures.is_empty() {
+        return;
+    }
+    println!("\nwhy the failed tests failed:");
+    for failure in failures.iter() {
+        println!("  {failure}");
+    }
+}
+
+/// Keeps where each panic happened on its thread, then reports it as the
+/// default hook does.
+fn remember_panic_locations() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Some(location) = info.location() {
+                let at = format!("{}:{}", location.file(), location.line());
+                PANIC_AT.with(|p| *p.borrow_mut() = Some(at));
+            }
+            default(info);
+        }));
+    });
 }
 
 /// Documents as one YAML stream, as `kubectl apply -f` and Git hold them.

@@ -47,8 +47,7 @@ fn main() {
     let args = Arguments::from_args();
     let trial = match reference() {
         Ok(dir) => Trial::test(TEST, move || {
-            from_the_earlier_operator_and_back(dir);
-            Ok(())
+            support::recorded(TEST, move || from_the_earlier_operator_and_back(dir))
         }),
         Err(why) => {
             eprintln!("{TEST}: ignored: {why}");
@@ -64,6 +63,7 @@ fn main() {
     if started {
         support::stop_cluster();
     }
+    support::print_failure_summary();
     conclusion.exit();
 }
 

@@ -39,5 +39,6 @@ fn main() {
     if started {
         app::stop_stack();
     }
+    support::print_failure_summary();
     conclusion.exit();
 }
