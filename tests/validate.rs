@@ -675,3 +675,29 @@ fn durations_read_as_written() {
     assert_eq!(parse_duration("5d"), None);
     assert_eq!(parse_duration(""), None);
 }
+
+#[test]
+fn the_quality_gate_and_canary_probes_judge_pii_models_only() {
+    let gate = json!({"configMapRef": {"name": "probes"}});
+    validate(&model(with("qualityGate", gate.clone())), None).unwrap();
+    let mut spec = with("qualityGate", gate.clone());
+    spec["family"] = json!("disease-detection");
+    rejects(
+        spec,
+        "spec.qualityGate",
+        &["judges PII models only", "POST /pii/extract", "family pii"],
+    );
+    let mut spec = with_canary(
+        "analysis",
+        json!({"interval": "30s", "probes": gate.clone()}),
+    );
+    validate(&model(spec.clone()), None).unwrap();
+    spec["family"] = json!("disease-detection");
+    rejects(
+        spec,
+        "spec.canary.analysis.probes",
+        &["canary probes judge PII models only", "family pii"],
+    );
+    // Without a gate or probes any family is served.
+    validate(&model(with("family", json!("disease-detection"))), None).unwrap();
+}

@@ -100,6 +100,18 @@ pub const ZERO_ZERO_RULE: &str = "self.type != 'RollingUpdate' || !(has(self.max
 pub const ZERO_ZERO_MESSAGE: &str =
     "RollingUpdate cannot set both maxUnavailable and maxSurge to zero";
 
+/// The CEL rule (and its message) that keeps `spec.qualityGate` to the
+/// family it can judge.
+pub const QUALITY_GATE_FAMILY_RULE: &str = "!has(self.qualityGate) || self.family == 'pii'";
+/// Message of [`QUALITY_GATE_FAMILY_RULE`].
+pub const QUALITY_GATE_FAMILY_MESSAGE: &str = "the quality gate judges PII models only: it posts its probes to the service's POST /pii/extract and scores the entities found, so it needs family pii";
+
+/// The CEL rule (and its message) that keeps canary probes to the family
+/// they can judge.
+pub const CANARY_PROBES_FAMILY_RULE: &str = "!(has(self.canary) && has(self.canary.analysis) && has(self.canary.analysis.probes)) || self.family == 'pii'";
+/// Message of [`CANARY_PROBES_FAMILY_RULE`].
+pub const CANARY_PROBES_FAMILY_MESSAGE: &str = "canary probes judge PII models only: they post to the service's POST /pii/extract and score the entities found, so they need family pii";
+
 /// True when `s` is an RFC 1123 DNS subdomain whose every label has at most 63 characters.
 ///
 /// This is Kubernetes' own rule for object names (`IsDNS1123Subdomain`

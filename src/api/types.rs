@@ -59,10 +59,25 @@ use super::rules;
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": rules::QUALITY_GATE_FAMILY_RULE,
+        "message": rules::QUALITY_GATE_FAMILY_MESSAGE,
+        "fieldPath": ".qualityGate",
+        "reason": "FieldValueForbidden",
+    },
+    {
+        "rule": rules::CANARY_PROBES_FAMILY_RULE,
+        "message": rules::CANARY_PROBES_FAMILY_MESSAGE,
+        "fieldPath": ".canary.analysis.probes",
+        "reason": "FieldValueForbidden",
+    },
+]))]
 pub struct OpenMedModelSpec {
     /// Model family to serve, for example `pii` or `disease-detection`: a
     /// letter followed by letters, digits, `.`, `_` or `-`, at most 63
-    /// characters.
+    /// characters. `qualityGate` and canary `probes` judge `pii` models
+    /// only (they score what `POST /pii/extract` finds).
     #[schemars(regex(pattern = rules::FAMILY_PATTERN))]
     pub family: String,
 

@@ -379,10 +379,12 @@ fn check_cel(spec: &Value, errors: &mut Vec<FieldError>) {
     let (validator, compiled) = &*engine;
     if let Err(failures) = validator.validate_compiled(compiled, spec, None) {
         for failure in failures.into_vec() {
-            let path = if failure.field_path.is_empty() {
+            // A rule's own fieldPath is relative (".qualityGate").
+            let field = failure.field_path.trim_start_matches('.');
+            let path = if field.is_empty() {
                 "spec".to_owned()
             } else {
-                format!("spec.{}", failure.field_path)
+                format!("spec.{field}")
             };
             errors.push(error(&path, failure.message));
         }

@@ -343,6 +343,38 @@ fn the_server_and_validate_accept_and_reject_the_same_objects() {
             false,
         ),
         (
+            "a quality gate on a pii model",
+            with(
+                &["qualityGate"],
+                json!({"configMapRef": {"name": "probes"}}),
+            ),
+            true,
+        ),
+        (
+            "a quality gate on a family it cannot judge",
+            {
+                let mut spec = with(
+                    &["qualityGate"],
+                    json!({"configMapRef": {"name": "probes"}}),
+                );
+                spec["family"] = json!("disease-detection");
+                spec
+            },
+            false,
+        ),
+        (
+            "canary probes on a family they cannot judge",
+            {
+                let mut spec = with(
+                    &["canary", "analysis"],
+                    json!({"probes": {"configMapRef": {"name": "probes"}}}),
+                );
+                spec["family"] = json!("disease-detection");
+                spec
+            },
+            false,
+        ),
+        (
             "canary Prometheus address without a scheme",
             with(
                 &["canary", "analysis"],

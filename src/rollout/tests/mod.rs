@@ -1887,6 +1887,25 @@ fn the_progress_deadline_must_exceed_min_ready_seconds() {
     assert_eq!(reasons(&w.reconcile()), [reason::INVALID_SPEC]);
 }
 
+#[test]
+fn a_stored_quality_gate_on_a_family_it_cannot_judge_is_refused_with_nothing_written() {
+    // Stored before the CRD carried the rule: the operator says the same
+    // as the API server now does, and no pod is replaced.
+    let mut w = World::ready_at("v1");
+    w.resource.spec["family"] = json!("disease-detection");
+    w.resource.spec["qualityGate"] = json!({"configMapRef": {"name": "probes"}});
+    w.resource.generation += 1;
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::INVALID_SPEC]);
+    assert!(
+        events[0].message.contains("spec.qualityGate") && events[0].message.contains("family pii"),
+        "{}",
+        events[0].message
+    );
+    assert!(w.writes.is_empty(), "{:?}", w.writes);
+    assert_eq!(w.condition(READY), ("False".into(), "InvalidSpec".into()));
+}
+
 // ---- restart safety and migration ----
 
 #[test]
