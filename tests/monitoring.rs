@@ -56,7 +56,7 @@ fn the_alerts_pass_promtool_and_their_unit_tests() {
     let dir = tempfile::tempdir().unwrap();
     let rules = rule_file(dir.path());
     let checked = run(&promtool, &["check", "rules", rules.to_str().unwrap()]);
-    assert!(checked.contains("SUCCESS: 7 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 8 rules found"), "{checked}");
     let tests = std::fs::read_to_string(root().join("deploy/monitoring/tests/alerts.test.yaml"))
         .unwrap()
         .replace("RULES_FILE", rules.to_str().unwrap());
@@ -88,7 +88,7 @@ fn every_alert_has_a_runbook() {
             assert!(alert["labels"]["severity"].is_string(), "{name}: severity");
         }
     }
-    assert_eq!(alerts, 7);
+    assert_eq!(alerts, 8);
 }
 
 #[test]

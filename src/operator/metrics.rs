@@ -1,9 +1,18 @@
 //! Prometheus metrics, named in the style of controller-runtime so existing
-//! dashboards and alerts apply. Labels are bounded: results, outcomes and
-//! error categories, never object names.
+//! dashboards and alerts apply. The operator's own counters have bounded
+//! labels: results, outcomes and error categories, never object names. The
+//! two state gauges (`openmed_model_phase`, `openmed_model_canary_state`)
+//! are the exception an alert needs to name its model: read from the
+//! watch cache at each scrape, one series per OpenMedModel (as
+//! kube-state-metrics reports objects), gone with the resource.
 
 use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::gauge::ConstGauge;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -55,8 +64,91 @@ struct WriteLabels {
     verb: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    namespace: String,
+    name: String,
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CanaryLabels {
+    namespace: String,
+    name: String,
+    state: String,
+}
+
+/// One OpenMedModel as a scrape reports it: where it stands by its status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelState {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// `status.phase`, when set.
+    pub phase: Option<String>,
+    /// `status.canary.state`, when a canary ran or runs.
+    pub canary: Option<String>,
+}
+
+type ModelSource = Box<dyn Fn() -> Vec<ModelState> + Send + Sync>;
+
+/// The per-model state gauges, from a source the operator sets once its
+/// cache exists.
+#[derive(Clone, Default)]
+struct ModelStates(Arc<OnceLock<ModelSource>>);
+
+impl std::fmt::Debug for ModelStates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ModelStates")
+    }
+}
+
+impl Collector for ModelStates {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let states = self.0.get().map(|source| source()).unwrap_or_default();
+        let one = ConstGauge::new(1i64);
+        {
+            let mut family = encoder.encode_descriptor(
+                "openmed_model_phase",
+                "1 for each OpenMedModel at its status.phase (Pending, RollingOut, Canary, Ready, RolledBack, Failed)",
+                None,
+                one.metric_type(),
+            )?;
+            for s in &states {
+                if let Some(phase) = &s.phase {
+                    let labels = ModelLabels {
+                        namespace: s.namespace.clone(),
+                        name: s.name.clone(),
+                        phase: phase.clone(),
+                    };
+                    one.encode(family.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "openmed_model_canary_state",
+            "1 for each OpenMedModel with a canary at its status.canary.state (Warming, Progressing, Paused, Promoting, Promoted, Aborted)",
+            None,
+            one.metric_type(),
+        )?;
+        for s in &states {
+            if let Some(state) = &s.canary {
+                let labels = CanaryLabels {
+                    namespace: s.namespace.clone(),
+                    name: s.name.clone(),
+                    state: state.clone(),
+                };
+                one.encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Every metric the operator exports.
 pub struct Metrics {
+    models: ModelStates,
     registry: Registry,
     reconciles: Family<ReconcileLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
@@ -81,6 +173,8 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
+        let models = ModelStates::default();
+        registry.register_collector(Box::new(models.clone()));
         let reconciles = Family::<ReconcileLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let duration = Histogram::new([
@@ -192,6 +286,7 @@ impl Default for Metrics {
             skipped.clone(),
         );
         Metrics {
+            models,
             registry,
             reconciles,
             errors,
@@ -353,6 +448,12 @@ impl Metrics {
         }
     }
 
+    /// Where the per-model state gauges come from: called at each scrape.
+    /// Set once; a second source is ignored.
+    pub fn report_models(&self, source: impl Fn() -> Vec<ModelState> + Send + Sync + 'static) {
+        let _ = self.models.0.set(Box::new(source));
+    }
+
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -440,6 +541,50 @@ mod tests {
             }
         }
         names
+    }
+
+    #[test]
+    fn each_model_is_one_series_at_its_phase_and_canary_state_read_at_the_scrape() {
+        let metrics = Metrics::default();
+        let models = std::sync::Arc::new(std::sync::Mutex::new(vec![
+            ModelState {
+                namespace: "ward".into(),
+                name: "deid".into(),
+                phase: Some("RolledBack".into()),
+                canary: Some("Aborted".into()),
+            },
+            ModelState {
+                namespace: "lab".into(),
+                name: "new".into(),
+                phase: None,
+                canary: None,
+            },
+        ]));
+        metrics.report_models({
+            let models = models.clone();
+            move || models.lock().unwrap().clone()
+        });
+        let text = metrics.encode();
+        let series = |prefix: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(prefix))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            series("openmed_model_phase{"),
+            [r#"openmed_model_phase{namespace="ward",name="deid",phase="RolledBack"} 1"#],
+            "{text}"
+        );
+        assert_eq!(
+            series("openmed_model_canary_state{"),
+            [r#"openmed_model_canary_state{namespace="ward",name="deid",state="Aborted"} 1"#]
+        );
+        // The next scrape reads the cache again: a resource gone is gone.
+        models.lock().unwrap().clear();
+        let text = metrics.encode();
+        assert!(!text.contains("openmed_model_phase{"), "{text}");
+        assert!(text.contains("# TYPE openmed_model_phase gauge"), "{text}");
     }
 
     #[test]

@@ -474,6 +474,10 @@ async fn run_scope(
         }
     })
     .applied_objects();
+    metrics.report_models({
+        let models = models.clone();
+        move || models.state().iter().map(|m| m.state()).collect()
+    });
     let controller = Controller::for_stream(model_events, reflector::Store::clone(&models))
         .with_config(controller::Config::default().concurrency(options.concurrency));
     let client = clients.requests;

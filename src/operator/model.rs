@@ -70,6 +70,25 @@ impl RawModel {
         &self.target
     }
 
+    /// Where it stands, for the state gauges: read from its status as
+    /// stored, without parsing the rest.
+    pub fn state(&self) -> super::metrics::ModelState {
+        let status = self.status.as_ref().map(JsonText::value);
+        let text = |pointer: &str| {
+            status
+                .as_ref()
+                .and_then(|s| s.pointer(pointer))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        };
+        super::metrics::ModelState {
+            namespace: self.metadata.namespace.clone().unwrap_or_default(),
+            name: self.metadata.name.clone().unwrap_or_default(),
+            phase: text("/phase"),
+            canary: text("/canary/state"),
+        }
+    }
+
     /// The lenient view `decide` reads.
     pub fn view(&self) -> ResourceView {
         let status = self.status.as_ref().map(JsonText::value);
