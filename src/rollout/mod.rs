@@ -895,11 +895,17 @@ impl<'a> Step<'a> {
             .or_else(|| self.status.last_rollout_time.clone());
         let progress = progress::judge(target, generation, since.as_ref(), &self.obs.now);
         if let (Some(since), Progress::InProgress | Progress::NotObserved) = (&since, &progress) {
-            // Look again when a deadline condition from before our write
-            // starts to count.
             let deadline = wanted.normalized.rollout_strategy.progress_deadline_seconds;
-            let due = since.0.as_second() + i64::from(deadline) + 1 - self.obs.now.0.as_second();
-            if due > 0 {
+            // Look again when a deadline condition from before our write
+            // starts to count, and when a rollout the controller never
+            // reported on is judged by the operator's clock.
+            let end = since.0.as_second() + i64::from(deadline);
+            let now = self.obs.now.0.as_second();
+            let due = [end + 1, end + progress::UNREPORTED_GRACE_SECONDS + 1]
+                .into_iter()
+                .map(|t| t - now)
+                .find(|d| *d > 0);
+            if let Some(due) = due {
                 self.requeue_after = Some(Duration::from_secs(due as u64));
             }
         }

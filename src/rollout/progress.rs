@@ -33,6 +33,11 @@ pub enum Progress {
     Paused,
 }
 
+/// Seconds past the progress deadline after which a rollout the
+/// Deployment controller never reported on is judged failed by the
+/// operator's own clock.
+pub const UNREPORTED_GRACE_SECONDS: i64 = 5;
+
 /// Judges `deployment` against `generation`, the one the operator's write
 /// produced. `since` is when that write happened (conditions not newer are
 /// stale), and `now` with the deadline lets a stale-looking but persisting
@@ -85,6 +90,38 @@ pub fn judge(
             return Progress::Failed {
                 reason,
                 message: c.message.clone().unwrap_or_default(),
+            };
+        }
+    }
+    // The controller can lose its report on a rollout: when a status
+    // update of its own conflicts with another write right after the
+    // template changed, the next sync finds the new ReplicaSet already
+    // made and keeps the `Progressing` condition of the rollout before
+    // (`NewReplicaSetAvailable`), which it reads as complete, so it never
+    // checks the deadline again. A condition it has not touched since the
+    // write, a whole deadline after it, with the rollout unfinished, means
+    // no progress within the deadline: the Deployment's own definition of
+    // a failed rollout.
+    // A few seconds more than the deadline, so the controller's own
+    // verdict, with its own words, comes first whenever it comes at all.
+    if let Some(since) = since
+        && now.0.as_second() >= since.0.as_second() + i64::from(deadline) + UNREPORTED_GRACE_SECONDS
+    {
+        let reported = conditions
+            .iter()
+            .filter(|c| c.type_ == "Progressing")
+            .filter_map(|c| {
+                c.last_update_time
+                    .as_ref()
+                    .or(c.last_transition_time.as_ref())
+            })
+            .any(|t| t.0.as_second() > since.0.as_second());
+        if !reported {
+            return Progress::Failed {
+                reason: "ProgressDeadlineExceeded",
+                message: format!(
+                    "no progress reported within the progress deadline ({deadline} s) since the rollout began"
+                ),
             };
         }
     }
@@ -217,6 +254,54 @@ mod tests {
 
     fn now() -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(2_000_000_000).unwrap())
+    }
+
+    fn at(second: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap())
+    }
+
+    #[test]
+    fn a_rollout_the_controller_never_reports_on_fails_a_deadline_after_the_write() {
+        // Seen on the test control plane: a Recreate rollout whose pods
+        // never became ready, the Deployment still saying the rollout
+        // before had progressed, 13 minutes on.
+        let write = 2_000_000_000;
+        let mut d = deployment(json!({
+            "observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+            "unavailableReplicas": 2,
+            "conditions": [{
+                "type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                "message": "ReplicaSet \"svc-old\" has successfully progressed.",
+                "lastUpdateTime": "2033-05-18T03:33:20Z", "lastTransitionTime": "2033-05-18T03:33:19Z",
+            }],
+        }));
+        d.spec.as_mut().unwrap().progress_deadline_seconds = Some(8);
+        let since = at(write);
+        let grace = UNREPORTED_GRACE_SECONDS;
+        assert_eq!(
+            judge(&d, 2, Some(&since), &at(write + 7 + grace)),
+            Progress::InProgress,
+            "the controller's own verdict has its time first"
+        );
+        let Progress::Failed { reason, message } =
+            judge(&d, 2, Some(&since), &at(write + 8 + grace))
+        else {
+            panic!("a whole deadline without a report is a failed rollout");
+        };
+        assert_eq!(reason, "ProgressDeadlineExceeded");
+        assert!(message.contains("8 s"), "{message}");
+        // Progress the controller reported after the write keeps it going,
+        // and the controller's own deadline decides.
+        d.status.as_mut().unwrap().conditions.as_mut().unwrap()[0] =
+            serde_json::from_value(json!({
+                "type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
+                "lastUpdateTime": "2033-05-18T03:33:25Z", "lastTransitionTime": "2033-05-18T03:33:19Z",
+            }))
+            .unwrap();
+        assert_eq!(
+            judge(&d, 2, Some(&since), &at(write + 9 + grace)),
+            Progress::InProgress
+        );
     }
 
     #[test]
