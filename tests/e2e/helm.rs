@@ -71,6 +71,14 @@ async fn installed_args(deployments: &Api<Deployment>) -> Vec<String> {
         .unwrap()
 }
 
+async fn installed_image(deployments: &Api<Deployment>) -> String {
+    let deployment = deployments.get(FULLNAME).await.unwrap();
+    deployment.spec.unwrap().template.spec.unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap_or_default()
+}
+
 fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
     block_on(async {
         let client = admin().await;
@@ -92,6 +100,11 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
             &format!("watchNamespaces={{{}}}", watched.name),
             "--set",
             "admissionPolicies.enabled=false",
+            // The image as README's install sets it.
+            "--set",
+            "image.repository=registry.example/openmed-op",
+            "--set",
+            "image.tag=0.1.0",
             "--wait",
             "--timeout",
             "2m",
@@ -100,6 +113,11 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
         assert!(
             out.contains(&format!("watching {}", watched.name)),
             "NOTES: {out}"
+        );
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &home.name);
+        assert_eq!(
+            installed_image(&deployments).await,
+            "registry.example/openmed-op:0.1.0"
         );
 
         // The chart's identity may do the operator's work in the watched
@@ -124,7 +142,6 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
 
         // Run it as the chart's Deployment would: its arguments, its
         // identity, its namespace (where the Lease goes).
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &home.name);
         let args = installed_args(&deployments).await;
         assert_eq!(
             args,
@@ -158,9 +175,11 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
             "the operator leads through the chart's Lease"
         );
 
-        // Upgrade: a value the operator obeys. The Deployment rolls (helm
-        // waits for it); the operator restarts with the new arguments, as
-        // its pods would, and now leaves the unlabelled target alone.
+        // Upgrade as README's step 3 does (the tag named again, since
+        // --reuse-values keeps the one set at install), with a value the
+        // operator obeys. The Deployment rolls (helm waits for it); the
+        // operator restarts with the new arguments, as its pods would, and
+        // now leaves the unlabelled target alone.
         let out = helm(&[
             "upgrade",
             RELEASE,
@@ -169,12 +188,18 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
             &home.name,
             "--reuse-values",
             "--set",
+            "image.tag=0.2.0",
+            "--set",
             "requireTargetLabel=true",
             "--wait",
             "--timeout",
             "2m",
         ]);
         assert!(out.contains("STATUS: deployed"), "{out}");
+        assert_eq!(
+            installed_image(&deployments).await,
+            "registry.example/openmed-op:0.2.0"
+        );
         let args = installed_args(&deployments).await;
         assert_eq!(
             args.last().map(String::as_str),
