@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use libtest_mimic::Trial;
 use serde_json::json;
@@ -229,8 +230,29 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
 
         // Uninstall: every object of the release goes, the operator's
         // access with them; the CRD and the resources stay (Helm never
-        // deletes what crds/ installed), and the target keeps serving.
+        // deletes what crds/ installed), and the target keeps serving:
+        // the operator stopping, as its pods do, restarts no model pod.
+        let serving = |pods: Vec<Pod>| {
+            pods.into_iter()
+                .filter_map(|p| p.metadata.uid)
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &env.ns.name);
+        let before = serving(pods.list(&Default::default()).await.unwrap().items);
+        let generation = env.deployment("svc").await["metadata"]["generation"].clone();
         helm(&["uninstall", RELEASE, "--namespace", &home.name, "--wait"]);
+        let mut env = env;
+        assert_eq!(env.operator.terminate(), Some(0), "a clean stop");
+        assert_eq!(
+            env.deployment("svc").await["metadata"]["generation"],
+            generation,
+            "the uninstall wrote nothing to the target"
+        );
+        assert_eq!(
+            serving(pods.list(&Default::default()).await.unwrap().items),
+            before,
+            "no model pod restarted"
+        );
         assert!(deployments.get_opt(FULLNAME).await.unwrap().is_none());
         assert!(!can_i(
             &identity,
