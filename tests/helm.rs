@@ -488,6 +488,10 @@ fn the_chart_carries_the_repositorys_files() {
             "files/admission/served-set-literal.yaml",
         ),
         (
+            "deploy/admission/version-model-id.yaml",
+            "files/admission/version-model-id.yaml",
+        ),
+        (
             "deploy/monitoring/prometheusrule.yaml",
             "files/monitoring/prometheusrule.yaml",
         ),

@@ -34,6 +34,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             a_managed_deployment_may_not_start_reading_its_served_set_from_elsewhere,
         ),
         trial(
+            "admission::a_version_the_service_cannot_load_is_refused_at_the_door",
+            a_version_the_service_cannot_load_is_refused_at_the_door,
+        ),
+        trial(
             "admission::verify_refuses_before_merge_what_the_policies_refuse",
             verify_refuses_before_merge_what_the_policies_refuse,
         ),
@@ -47,6 +51,7 @@ const TARGET_POLICY: &str = "openmed-target-permission";
 const ROLLBACK_POLICY: &str = "openmed-rollback-retained";
 const RETRY_POLICY: &str = "openmed-failed-version-needs-reason";
 const SERVED_POLICY: &str = "openmed-served-set-literal";
+const VERSION_POLICY: &str = "openmed-version-model-id";
 
 fn models(client: &Client, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
@@ -75,14 +80,20 @@ fn denied_by(result: &Result<DynamicObject, kube::Error>) -> Option<(&'static st
     let Err(kube::Error::Api(status)) = result else {
         return None;
     };
-    [TARGET_POLICY, ROLLBACK_POLICY, RETRY_POLICY, SERVED_POLICY]
-        .into_iter()
-        .find(|p| {
-            status
-                .message
-                .contains(&format!("ValidatingAdmissionPolicy '{p}'"))
-        })
-        .map(|p| (p, status.message.clone()))
+    [
+        TARGET_POLICY,
+        ROLLBACK_POLICY,
+        RETRY_POLICY,
+        SERVED_POLICY,
+        VERSION_POLICY,
+    ]
+    .into_iter()
+    .find(|p| {
+        status
+            .message
+            .contains(&format!("ValidatingAdmissionPolicy '{p}'"))
+    })
+    .map(|p| (p, status.message.clone()))
 }
 
 /// Policies and RBAC changes reach the API server's caches a moment after
@@ -616,6 +627,22 @@ fn cases() -> Vec<Case> {
             policy: None,
             verify: None,
         },
+        Case {
+            what: "a new model at a version with a digest",
+            stored: None,
+            status: json!({}),
+            changed: (none.clone(), spec("hf.co/org/m@sha256:abc", 1)),
+            policy: Some(VERSION_POLICY),
+            verify: Some(rule::NOT_A_SERVICE_MODEL_ID),
+        },
+        Case {
+            what: "a bump to a version with a revision",
+            stored: Some((none.clone(), spec("b", 1))),
+            status: retained("b", "a"),
+            changed: (none.clone(), spec("org/b:2", 1)),
+            policy: Some(VERSION_POLICY),
+            verify: Some(rule::NOT_A_SERVICE_MODEL_ID),
+        },
     ]
 }
 
@@ -768,5 +795,55 @@ fn verify_refuses_before_merge_what_the_policies_refuse() {
         }
         eprintln!("{}", report.join("\n"));
         ns.delete().await;
+    });
+}
+
+/// The CRD stores a version with a revision or digest (the earlier
+/// operator's resources move over unchanged), but a new one is refused at
+/// the door in the words `verify` and the operator use: no pod could load it.
+fn a_version_the_service_cannot_load_is_refused_at_the_door() {
+    block_on(async {
+        let env = Env::new("adm-version").await;
+        let admin = env.client.clone();
+        operator_kubeconfig(); // installs deploy/operator, policies included
+        let digest = "hf.co/OpenMed/pii@sha256:abc";
+        let mut object = model(&env.ns.name, digest);
+        assert!(
+            openmed_op::api::validate(&object, None).is_ok(),
+            "the CRD's schema stores it"
+        );
+        let api = models(&admin, &env.ns.name);
+        once_in_force(&api, &object, "e2e", "the version policy to deny", |r| {
+            denied_by(r).is_some()
+        })
+        .await;
+        let denied = apply(&api, &object, "e2e", false).await;
+        let Some((VERSION_POLICY, message)) = denied_by(&denied) else {
+            panic!("a new model at {digest} was not denied by {VERSION_POLICY}: {denied:?}");
+        };
+        assert!(
+            message.contains(digest) && message.contains("every new pod would exit at start"),
+            "{message}"
+        );
+        assert!(env.models().get_opt("svc").await.unwrap().is_none());
+
+        // A loadable version is stored; a change to a digest is refused, a
+        // change to another loadable version is not.
+        let v1 = env.version("v1");
+        object["spec"]["version"] = json!(v1);
+        apply(&api, &object, "e2e", false).await.unwrap();
+        for (version, refused) in [
+            ("OpenMed/pii:2026-12", true),
+            ("OpenMed/pii-2026-12", false),
+        ] {
+            object["spec"]["version"] = json!(version);
+            let result = apply(&api, &object, "e2e", false).await;
+            assert_eq!(
+                matches!(denied_by(&result), Some((VERSION_POLICY, _))),
+                refused,
+                "{version}: {result:?}"
+            );
+        }
+        env.finish().await;
     });
 }
