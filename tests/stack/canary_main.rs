@@ -35,6 +35,7 @@ fn main() {
     if started {
         app::stop_stack();
     }
+    support::print_failure_summary();
     conclusion.exit();
 }
 
