@@ -101,9 +101,9 @@ pub fn judge(
     // checks the deadline again. A condition it has not touched since the
     // write, a whole deadline after it, with the rollout unfinished, means
     // no progress within the deadline: the Deployment's own definition of
-    // a failed rollout.
-    // A few seconds more than the deadline, so the controller's own
-    // verdict, with its own words, comes first whenever it comes at all.
+    // a failed rollout. A few seconds more than the deadline, so the
+    // controller's own verdict, in its own words, comes first whenever it
+    // comes at all.
     if let Some(since) = since
         && now.0.as_second() >= since.0.as_second() + i64::from(deadline) + UNREPORTED_GRACE_SECONDS
     {
