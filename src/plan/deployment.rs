@@ -475,7 +475,7 @@ impl DeploymentFields {
 /// the field at `path` (keys of `fieldsV1`) of a Deployment (as JSON).
 /// The earlier operator patches under the same manager name,
 /// `openmed-operator`, as an Update: that entry is another's too.
-fn held_by_another(observed: &Value, path: &[&str]) -> bool {
+pub(crate) fn held_by_another(observed: &Value, path: &[&str]) -> bool {
     observed
         .pointer("/metadata/managedFields")
         .and_then(Value::as_array)

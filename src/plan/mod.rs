@@ -14,6 +14,9 @@ use serde::Serialize;
 use serde_json::json;
 
 pub use config_map::{config_map, owned_by_target, snapshot, snapshot_name, snapshot_suffix};
+// The rollout tests' API server keeps a field another field list holds.
+#[cfg(test)]
+pub(crate) use deployment::held_by_another;
 pub use deployment::{ContainerNotFound, DeploymentFields, Preload};
 
 use crate::api::{API_VERSION, Canary, OpenMedModelSpec, TargetRef};

@@ -42,12 +42,6 @@ impl Step<'_> {
         let served = self.served_after_release(&observed, container_name);
         let fields =
             DeploymentFields::released(&r.namespace, &name, container_name, &observed, served);
-        if let Some(patch) = fields.release_reset(&observed) {
-            self.writes.push(Write::StrategicPatchDeployment {
-                name: name.clone(),
-                patch,
-            });
-        }
         let mut body = fields.apply_body();
         if container.is_none() {
             // No container carries our variable any more: release only the
@@ -64,6 +58,20 @@ impl Step<'_> {
             body,
             release: true,
         });
+        // The marks another field manager holds (the earlier operator's,
+        // under our manager's name) go last: the ownership mark is what
+        // makes the Deployment ours, so while a release is only half
+        // written (its apply refused on a stale read, the Deployment
+        // controller having written the status between the two) the
+        // Deployment stays claimed and is released again. Taken back
+        // first, a refused apply left a Deployment nobody claimed, still
+        // preloading the model, and a deletion waiting on its pods forever.
+        if let Some(patch) = fields.release_reset(&observed) {
+            self.writes.push(Write::StrategicPatchDeployment {
+                name: name.clone(),
+                patch,
+            });
+        }
         self.event(
             EventType::Normal,
             reason::TARGET_RELEASED,

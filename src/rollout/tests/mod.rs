@@ -684,11 +684,18 @@ fn server_side_apply(target: &mut Value, body: &Value, landed: Value) {
                     meta[key][k] = v.clone();
                 }
             }
-            _ => {
+            // A field the apply leaves out goes only when no other field
+            // list holds it as well.
+            _ if !crate::plan::held_by_another(
+                &before,
+                &["f:metadata", &format!("f:{key}"), &format!("f:{owned}")],
+            ) =>
+            {
                 if let Some(m) = meta.get_mut(key).and_then(Value::as_object_mut) {
                     m.remove(owned);
                 }
             }
+            _ => {}
         }
     }
     let spec = &body["spec"];
@@ -1840,6 +1847,39 @@ fn deletion_leaves_a_foreign_or_missing_target_untouched() {
     assert!(w.writes.is_empty());
     w.deployment = None;
     assert!(w.reconcile().is_empty());
+}
+
+#[test]
+fn a_release_refused_half_way_leaves_the_target_claimed_and_is_made_again() {
+    let mut w = World::ready_at("v1");
+    // The earlier operator wrote the ownership mark under our manager's
+    // name as an Update, which our apply cannot take back on its own.
+    w.dep()["metadata"]["managedFields"] = json!([{
+        "manager": FIELD_MANAGER, "operation": "Update",
+        "fieldsV1": {"f:metadata": {"f:annotations": {format!("f:{MODEL_RESOURCE_ANNOTATION}"): {}}}},
+    }]);
+    w.resource.deleting = true;
+    let d = w.decide();
+    assert!(d.writes.len() >= 2, "{:?}", d.writes);
+    // Only the first write lands; the next is refused (a precondition
+    // the Deployment controller's status write made stale).
+    w.execute(&d.writes[0]);
+    w.resource.status = d.status;
+    let key = json!(w.resource.key());
+    assert_eq!(
+        w.dep()["metadata"]["annotations"][MODEL_RESOURCE_ANNOTATION],
+        key,
+        "the ownership mark outlives a half-written release"
+    );
+    w.reconcile();
+    assert!(
+        w.dep()["metadata"]["annotations"]
+            .get(MODEL_RESOURCE_ANNOTATION)
+            .is_none(),
+        "{:#?}",
+        w.dep()["metadata"]
+    );
+    assert_eq!(w.preload().get("valueFrom"), None, "{:#?}", w.preload());
 }
 
 #[test]
