@@ -356,6 +356,12 @@ struct Fresh {
 }
 
 impl Fresh {
+    /// Whether the Deployment `name` was read live, or returned by a
+    /// write, in this reconcile.
+    fn holds(&self, name: &str) -> bool {
+        self.deployments.contains_key(name)
+    }
+
     /// Whether nothing was read live.
     fn is_empty(&self) -> bool {
         self.deployments.is_empty()
@@ -578,6 +584,15 @@ async fn apply(obj: &RawModel, ctx: &Arc<Context>) -> Result<Action, Error> {
         };
         let measured = &*observed.insert(measured);
         let decision = decide(&view, &world, measured, &ctx.settings, now.clone());
+        if decision.needs_live_reads && !fresh.holds(&rollout::target_name(&view)) {
+            // Giving up on a version rolls back or fails for good; a cut
+            // watch re-listing can leave the cache showing a Deployment
+            // from seconds ago, mid-rollout. Decide again on what the API
+            // server holds now (the chaos suite's cut watches once failed a
+            // rollback that was completing).
+            fresh.read_live(&view, ctx).await?;
+            continue;
+        }
         // No read before a write: the caches, with the operator's own
         // recent writes laid over them, are as new as anything this
         // operator did, and every write carries a precondition (the

@@ -23,6 +23,12 @@ pub struct Decision {
     /// Deletion only: every Deployment is released and every owned
     /// ConfigMap deleted, so the finalizer may be removed.
     pub finished: bool,
+    /// The decision gives up on a rollout or a rollback (it rolls back, or
+    /// ends in `Failed`) on what the target Deployment showed. Both are
+    /// final for a version, and the caches can hold a Deployment many
+    /// seconds old (a cut watch re-listing), so the shell carries such a
+    /// decision out only once it was made on a live read of the target.
+    pub needs_live_reads: bool,
 }
 
 /// One write to the cluster.

@@ -192,6 +192,8 @@ struct Step<'a> {
     /// When the rollout's Deployment write landed, on the API server's
     /// clock, once the Deployment shows it.
     landed: Option<Time>,
+    /// See [`Decision::needs_live_reads`].
+    gave_up: bool,
 }
 
 /// Which owned things differ from the plan.
@@ -230,6 +232,7 @@ impl<'a> Step<'a> {
             requeue_after: None,
             finished: false,
             landed: None,
+            gave_up: false,
         }
     }
 
@@ -258,6 +261,7 @@ impl<'a> Step<'a> {
             events: self.events,
             requeue_after: self.requeue_after,
             finished: self.finished,
+            needs_live_reads: self.gave_up,
         }
     }
 
@@ -1110,6 +1114,7 @@ impl<'a> Step<'a> {
             self.condition(STALLED, true, why, message);
             return;
         }
+        self.gave_up = true;
         self.status.failed_spec_hash = Some(desired.spec_hash.clone());
         let failure = format!("{version} did not become ready: {detail}");
         let rollback = desired.normalized.rollout_strategy.rollback_on_failure;
@@ -1169,6 +1174,7 @@ impl<'a> Step<'a> {
             "rollback to {} did not become ready either: {detail}",
             wanted.normalized.version
         );
+        self.gave_up = true;
         self.status.phase = Some(Phase::Failed);
         let why = reason::ROLLBACK_FAILED;
         self.condition(READY, false, why, message.clone());

@@ -1112,6 +1112,29 @@ fn rollback_on_failure_false_stops_in_failed() {
 }
 
 #[test]
+fn giving_up_on_a_rollout_or_a_rollback_is_decided_on_live_reads() {
+    // Both verdicts are final for a version, and a cache can hold a
+    // Deployment seconds old: the shell carries them out only once made on
+    // a live read. Nothing else asks for one.
+    let mut w = World::ready_at("v1");
+    assert!(!w.decide().needs_live_reads, "at rest");
+    w.set_version("v2");
+    assert!(!w.decide().needs_live_reads, "starting a rollout");
+    w.reconcile();
+    w.now += 700;
+    w.deadline_exceeded();
+    assert!(w.decide().needs_live_reads, "rolling back");
+    w.reconcile();
+    assert!(!w.decide().needs_live_reads, "rolling back, carried out");
+    w.now += 700;
+    w.deadline_exceeded();
+    assert!(w.decide().needs_live_reads, "the rollback failed");
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::Failed));
+    assert!(!w.decide().needs_live_reads, "failed, reported once");
+}
+
+#[test]
 fn a_rollback_that_fails_ends_in_failed_without_a_loop() {
     let mut w = World::ready_at("v1");
     w.fail_rollout("v2");
