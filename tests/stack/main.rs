@@ -19,6 +19,7 @@ mod env;
 
 mod app;
 mod crash;
+mod ports;
 mod quality;
 mod recreate;
 mod rollout;
@@ -33,6 +34,7 @@ fn main() {
     trials.extend(crash::trials());
     trials.extend(recreate::trials());
     trials.extend(quality::trials());
+    trials.extend(ports::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && app::start_stack();
     let conclusion = libtest_mimic::run(&args, trials);

@@ -41,6 +41,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -238,6 +239,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	factory.Start(ctx.Done())
+	if os.Geteuid() == 0 {
+		k.forwardNodePortsOnChange(ctx, client)
+	}
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("cache for %v did not sync", typ)
@@ -269,6 +273,38 @@ func run(ctx context.Context, o options) error {
 		network.removeAll()
 	}
 	return nil
+}
+
+// forwardNodePortsOnChange makes the node's network, and the ports it
+// forwards, as soon as the node ConfigMap lists them and again whenever it
+// changes, as a real node's network exists before its first pod: a
+// process run in the node's namespace (tests/workload/up runs Envoy
+// Gateway there, whose ports are fixed) reaches this machine's services
+// before any pod starts. A pod's setup forwards them too, so a failure
+// here is logged and retried at the next change or pod.
+func (k *kubelet) forwardNodePortsOnChange(ctx context.Context, client kubernetes.Interface) {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(k.nodeCMNS),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", k.nodeCMName).String()
+		}))
+	forward := func(interface{}) {
+		ports, err := k.nodeForwardPorts(ctx)
+		if err == nil {
+			err = k.net.forwardNodePorts(ports)
+		}
+		if err != nil {
+			klog.ErrorS(err, "forwarding the node's ports to pods; retried with the next change or pod")
+		}
+	}
+	if _, err := factory.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    forward,
+		UpdateFunc: func(_, obj interface{}) { forward(obj) },
+	}); err != nil {
+		klog.ErrorS(err, "watching the node ConfigMap")
+		return
+	}
+	factory.Start(ctx.Done())
 }
 
 // stopWorkers stops every process pod's processes (as a node going down).
