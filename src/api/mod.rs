@@ -18,8 +18,8 @@ pub use canary::{
 pub use crd::{crd, crd_yaml, openapi_schema};
 pub use quality::QualityGate;
 pub use types::{
-    OpenMedModel, OpenMedModelSpec, OpenMedModelStatus, Phase, RolloutStrategy, StrategyType,
-    TargetRef, Tier,
+    OpenMedModel, OpenMedModelSpec, OpenMedModelStatus, Phase, RolloutStrategy, SoakStatus,
+    StrategyType, TargetRef, Tier,
 };
 pub use validate::{FieldError, TargetFacts, validate, validate_spec};
 

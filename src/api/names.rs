@@ -91,3 +91,8 @@ pub const CANARY_ABORT_ANNOTATION: &str = "openmed.ai/canary-abort";
 
 /// Annotation that holds the canary at its step while it is present.
 pub const CANARY_PAUSE_ANNOTATION: &str = "openmed.ai/canary-pause";
+
+/// Annotation that fails the soak in progress (any new value): the
+/// version rolls back as after any failed soak, and the fleet's next wave
+/// never starts. Acted on once per value.
+pub const SOAK_ABORT_ANNOTATION: &str = "openmed.ai/soak-abort";

@@ -34,6 +34,10 @@ pub const REPLICAS_MIN: i64 = 1;
 /// Bounds of `spec.replicas`.
 pub const REPLICAS_MAX: i64 = 1000;
 
+/// The longest soak, `rolloutStrategy.soakSeconds`: a week. A longer wait
+/// between fleet waves is a person's decision, not a timer's.
+pub const SOAK_SECONDS_MAX: i64 = 7 * 24 * 3600;
+
 /// A duration as Kubernetes tools write it: whole numbers with `ms`, `s`,
 /// `m` or `h`, e.g. `30s`, `5m`, `1h30m`.
 pub const DURATION_PATTERN: &str = r"^([0-9]{1,9}(ms|s|m|h))+$";

@@ -223,6 +223,18 @@ pub struct RolloutStrategy {
     /// other line of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_fast: Option<FailFast>,
+
+    /// Seconds to keep judging a new version after it is Ready before
+    /// the condition `Soaked` turns True for it: its pods stay ready, the
+    /// rolled-out template's containers do not restart, the quality
+    /// gate's verdicts stand, and a canary's metrics keep passing on the
+    /// stable backend. A failure during the soak rolls back as a failed
+    /// rollout does. Fleet waves wait for `Soaked` (docs/fleet.md).
+    /// Default 0: `Soaked` turns True with `Ready`. Editing it starts no
+    /// rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = rules::SOAK_SECONDS_MAX))]
+    pub soak_seconds: Option<i32>,
 }
 
 /// When a crash-looping pod of the new template fails a rollout.
@@ -270,6 +282,7 @@ impl Default for RolloutStrategy {
             progress_deadline_seconds: default_progress_deadline(),
             rollback_on_failure: true,
             fail_fast: None,
+            soak_seconds: None,
         }
     }
 }
@@ -408,6 +421,39 @@ pub struct OpenMedModelStatus {
     /// The canary in progress, or the last one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryStatus>,
+
+    /// The soak of the version last rolled out: running, or over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<SoakStatus>,
+}
+
+/// A version judged for `rolloutStrategy.soakSeconds` after it turned
+/// Ready. Until it has soaked it is not yet `lastSuccessfulSpec`: a
+/// failure during the soak rolls back to the version before it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SoakStatus {
+    /// The version soaking.
+    pub version: String,
+
+    /// Hash of the normalized spec soaking (`appliedSpecHash` when the
+    /// soak began).
+    pub spec_hash: String,
+
+    /// When the version turned Ready and the soak began.
+    pub start_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+
+    /// When the soak ends, if nothing fails before.
+    pub end_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+
+    /// When it soaked; unset while it runs or after it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soaked_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+
+    /// The value of `openmed.ai/soak-abort` last acted on: a value is
+    /// acted on once, so a later soak is not aborted by an old request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_handled: Option<String>,
 }
 
 /// Lifecycle phase of an OpenMedModel.

@@ -119,8 +119,9 @@ pub fn placed_as(retained: &OpenMedModelSpec, current: &OpenMedModelSpec) -> Ope
 /// The spec with every default filled in: the target defaults to the
 /// resource's name, the ConfigMap name is resolved. Idempotent.
 ///
-/// `canary` is left out: it says how a version is tried, not what the
-/// target serves, so editing it is no rollout, and the specs kept in the
+/// `canary` and `rolloutStrategy.soakSeconds` are left out: they say how
+/// a version is tried, not what the target serves, so editing them is no
+/// rollout, and the specs kept in the
 /// status (the rollback targets) and their hashes stay as they were.
 pub fn normalize(name: &str, spec: &OpenMedModelSpec) -> OpenMedModelSpec {
     let mut normalized = spec.clone();
@@ -135,6 +136,9 @@ pub fn normalize(name: &str, spec: &OpenMedModelSpec) -> OpenMedModelSpec {
     };
     normalized.manifest_config_map_name = Some(config_map_name(name, spec));
     normalized.canary = None;
+    // Like the canary, the soak says how long a version is judged, not
+    // what the target serves.
+    normalized.rollout_strategy.soak_seconds = None;
     normalized
 }
 

@@ -19,14 +19,18 @@ pub const ROLLED_BACK: &str = "RolledBack";
 pub const RECONCILING: &str = "Reconciling";
 /// kstatus: the operator cannot make progress without a change.
 pub const STALLED: &str = "Stalled";
+/// The version `spec.version` asks for is Ready and has been judged for
+/// `rolloutStrategy.soakSeconds` since: what a fleet's next wave waits for.
+pub const SOAKED: &str = "Soaked";
 
-const ORDER: [&str; 6] = [
+const ORDER: [&str; 7] = [
     READY,
     PROGRESSING,
     DEGRADED,
     ROLLED_BACK,
     RECONCILING,
     STALLED,
+    SOAKED,
 ];
 
 /// Tri-state condition status.

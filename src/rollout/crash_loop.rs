@@ -97,7 +97,7 @@ pub fn last_words<'a>(
 /// "exit code 3: <words>", from the container's last exit: its code, and
 /// either the one line of its termination message that may be quoted
 /// ([`gist`]) or the kubelet's reason, when that is one word.
-fn said(c: &ContainerView) -> Option<String> {
+pub(super) fn said(c: &ContainerView) -> Option<String> {
     let (code, reason, message) = c.last_exit.as_ref()?;
     Some(match gist(message) {
         Some(words) => format!("exit code {code}: {words}"),

@@ -218,6 +218,18 @@ pub mod reason {
     /// Condition reason the shell sets while it retries after an error
     /// (an API error, a timeout): cleared by the next decision.
     pub const RETRYING_AFTER_ERROR: &str = "RetryingAfterError";
+    /// A Ready version is judged for `rolloutStrategy.soakSeconds`.
+    pub const SOAKING: &str = "Soaking";
+    /// A version soaked (an Event, and the reason of `Soaked=True`).
+    pub const SOAKED: &str = "Soaked";
+    /// A soak failed: a pod lost readiness, a container restarted, the
+    /// quality gate failed a pod, or an analysis metric failed.
+    pub const SOAK_FAILED: &str = "SoakFailed";
+    /// `openmed.ai/soak-abort` failed the soak.
+    pub const SOAK_ABORTED: &str = "SoakAborted";
+    /// `Soaked=False` while the version `spec.version` asks for is not
+    /// the one served yet (a rollout, a canary, a rollback, a block).
+    pub const NOT_SERVED_YET: &str = "NotServedYet";
     /// A canary began.
     pub const CANARY_STARTED: &str = "CanaryStarted";
     /// The canary pods warm the new model; no traffic yet.

@@ -30,6 +30,7 @@ mod release;
 mod resource;
 pub mod route;
 mod serving;
+pub mod soak;
 
 use std::time::Duration;
 
@@ -48,7 +49,7 @@ use crate::api::names::{
 };
 use crate::api::{OpenMedModelSpec, OpenMedModelStatus, Phase, StrategyType, TargetFacts};
 use crate::plan::{self, Plan, TargetOptions};
-use conditions::{DEGRADED, PROGRESSING, READY, RECONCILING, ROLLED_BACK, STALLED, Status};
+use conditions::{DEGRADED, PROGRESSING, READY, RECONCILING, ROLLED_BACK, SOAKED, STALLED, Status};
 use progress::Progress;
 
 /// Switches that change policy, set on the operator's command line.
@@ -194,6 +195,8 @@ struct Step<'a> {
     landed: Option<Time>,
     /// See [`Decision::needs_live_reads`].
     gave_up: bool,
+    /// `rolloutStrategy.soakSeconds` of the valid spec (0 until read).
+    soak_seconds: i64,
 }
 
 /// Which owned things differ from the plan.
@@ -233,10 +236,12 @@ impl<'a> Step<'a> {
             finished: false,
             landed: None,
             gave_up: false,
+            soak_seconds: 0,
         }
     }
 
     fn finish(mut self) -> Decision {
+        self.soaked_only_for_the_desired_spec();
         let reported = conditions::get(&self.old.conditions, RECONCILING)
             .is_some_and(|c| c.reason == reason::RETRYING_AFTER_ERROR);
         if reported && conditions::get(&self.status.conditions, RECONCILING).is_none() {
@@ -340,6 +345,7 @@ impl<'a> Step<'a> {
             self.end_canary_blocked("the spec is invalid");
             return self.invalid(&unmatched);
         }
+        self.soak_seconds = i64::from(spec.rollout_strategy.soak_seconds.unwrap_or(0));
         let desired = self.plan(&spec);
         self.status.desired_version = Some(desired.normalized.version.clone());
         self.status.desired_spec_hash = Some(desired.spec_hash.clone());
@@ -887,6 +893,7 @@ impl<'a> Step<'a> {
         self.condition(DEGRADED, false, why, message);
         self.condition(RECONCILING, true, why, message);
         self.condition(STALLED, false, why, message);
+        self.condition(SOAKED, false, why, message);
     }
 
     // ---- judging progress ----
@@ -917,11 +924,11 @@ impl<'a> Step<'a> {
         match (mode, progress) {
             (_, Progress::Paused) => self.paused(&wanted.deployment.name),
             (Mode::Forward, Progress::Complete) if phase == Some(Phase::Ready) => {
-                self.steady(target, wanted)
+                self.ready(desired, wanted, target, Ok(()))
             }
             (Mode::Forward, Progress::Complete) => self.succeeded(Mode::Forward, wanted, target),
             (Mode::Forward, Progress::Failed { reason, message }) => match phase {
-                Some(Phase::Ready) => self.steady(target, wanted),
+                Some(Phase::Ready) => self.ready(desired, wanted, target, Err(Some(message))),
                 Some(Phase::Failed) => {}
                 _ => {
                     // The controller's words, and the service's own.
@@ -942,7 +949,7 @@ impl<'a> Step<'a> {
                 self.failed(desired, wanted, target, why, &message)
             }
             (Mode::Forward, Progress::InProgress | Progress::NotObserved) => match phase {
-                Some(Phase::Ready) => self.steady(target, wanted),
+                Some(Phase::Ready) => self.ready(desired, wanted, target, Err(None)),
                 Some(Phase::Failed) => {}
                 _ => {
                     self.status.phase = Some(Phase::RollingOut);
@@ -1018,16 +1025,12 @@ impl<'a> Step<'a> {
     fn succeeded(&mut self, mode: Mode, wanted: &Plan, target: &Deployment) {
         let version = wanted.normalized.version.clone();
         self.status.active_version = Some(version.clone());
-        let restored = &wanted.normalized;
-        let last = self.status.last_successful_spec.as_ref();
-        if last.is_some_and(|l| l.version == restored.version) {
-            // Same version, other settings (replicas, strategy): the
-            // retained rollback targets are versions, so the previous one
-            // stays until another version succeeds.
-            self.status.last_successful_spec = Some(restored.clone());
-        } else if last != Some(restored) {
-            self.status.previous_successful_spec = self.status.last_successful_spec.take();
-            self.status.last_successful_spec = Some(restored.clone());
+        if mode == Mode::Forward {
+            // A forward rollout joins the history once it has soaked
+            // (at once without a soak); a rollback restores history.
+            self.begin_soak(wanted);
+        } else {
+            self.record_success(&wanted.normalized);
         }
         match mode {
             Mode::Forward => {
@@ -1072,6 +1075,12 @@ impl<'a> Step<'a> {
                     reason::ROLLBACK_COMPLETE,
                     message.clone(),
                 );
+                let why = if mode == Mode::Automatic {
+                    reason::ROLLED_BACK
+                } else {
+                    reason::MANUAL_ROLLBACK
+                };
+                self.condition(SOAKED, false, why, message.clone());
                 if mode == Mode::Automatic {
                     // The spec still asks for a version that failed: not
                     // ready, and stalled until someone changes the spec.
@@ -1084,6 +1093,21 @@ impl<'a> Step<'a> {
                 }
                 self.event(EventType::Normal, reason::ROLLBACK_SUCCEEDED, message);
             }
+        }
+    }
+
+    /// `spec` succeeded: it becomes `lastSuccessfulSpec`, and the one
+    /// before it `previousSuccessfulSpec`.
+    fn record_success(&mut self, spec: &crate::api::OpenMedModelSpec) {
+        let last = self.status.last_successful_spec.as_ref();
+        if last.is_some_and(|l| l.version == spec.version) {
+            // Same version, other settings (replicas, strategy): the
+            // retained rollback targets are versions, so the previous one
+            // stays until another version succeeds.
+            self.status.last_successful_spec = Some(spec.clone());
+        } else if last != Some(spec) {
+            self.status.previous_successful_spec = self.status.last_successful_spec.take();
+            self.status.last_successful_spec = Some(spec.clone());
         }
     }
 
@@ -1116,7 +1140,11 @@ impl<'a> Step<'a> {
         }
         self.gave_up = true;
         self.status.failed_spec_hash = Some(desired.spec_hash.clone());
-        let failure = format!("{version} did not become ready: {detail}");
+        let failure = if soak::is_soak_failure(why) {
+            format!("{version} failed its soak: {detail}")
+        } else {
+            format!("{version} did not become ready: {detail}")
+        };
         let rollback = desired.normalized.rollout_strategy.rollback_on_failure;
         match last_plan {
             Some(restore) if rollback => {

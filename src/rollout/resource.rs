@@ -165,6 +165,7 @@ fn lenient_status(value: &Value) -> OpenMedModelStatus {
         previous_successful_spec: field(value, "previousSuccessfulSpec"),
         rollback_spec: field(value, "rollbackSpec"),
         canary: field(value, "canary"),
+        soak: field(value, "soak"),
         conditions: value
             .get("conditions")
             .and_then(Value::as_array)

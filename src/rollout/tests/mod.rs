@@ -17,6 +17,7 @@ use crate::api::names::{
 
 mod canary;
 mod served;
+mod soak;
 
 const UID: &str = "uid-1";
 

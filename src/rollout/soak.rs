@@ -1,0 +1,464 @@
+//! The soak: a version that turned Ready is judged for
+//! `rolloutStrategy.soakSeconds` more before `Soaked` turns True for it,
+//! the signal a fleet's next wave waits for (docs/fleet.md).
+//!
+//! Pure: [`judge`] reads what one pass observed of the rolled-out
+//! template's pods and the soak's own record, and says whether the soak
+//! runs on, is over, or failed. Nothing here polls: a running soak asks to
+//! be looked at again when it ends, and every change to the pods or the
+//! Deployment is a watch event that brings a pass anyway.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::conditions::{self, SOAKED};
+use super::decision::{EventType, reason};
+use super::pods::PodView;
+use super::{Step, crash_loop, quality};
+use crate::api::SoakStatus;
+use crate::api::names::SOAK_ABORT_ANNOTATION;
+use crate::plan::Plan;
+
+/// What one pass saw of a running soak.
+#[derive(Debug, Clone)]
+pub struct Watch<'a> {
+    /// The rolled-out template's pods (`pods::of_rollout`).
+    pub pods: Vec<&'a PodView>,
+    /// The container that runs the service.
+    pub container: &'a str,
+    /// When the soak began, in seconds (the operator's clock).
+    pub started: i64,
+    /// When it ends, in seconds.
+    pub ends: i64,
+    /// Now, in seconds.
+    pub now: i64,
+    /// The Deployment has every pod of its template ready and available,
+    /// and no other left.
+    pub complete: bool,
+    /// The quality gate failed a pod of the template (its words).
+    pub quality_failure: Option<String>,
+    /// A new value of `openmed.ai/soak-abort`.
+    pub abort: Option<&'a str>,
+}
+
+/// How a soak stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It runs on; look again in this many seconds (0: its time is up,
+    /// and it waits for the Deployment to have every pod ready again,
+    /// which a watch reports).
+    Soaking {
+        /// Seconds until it ends.
+        remaining: i64,
+        /// Why it is not over although its time is up.
+        waiting: Option<String>,
+    },
+    /// It is over, and the version soaked.
+    Soaked,
+    /// It failed.
+    Failed {
+        /// `SoakFailed` or `SoakAborted`.
+        reason: &'static str,
+        /// What failed, in the words a condition and an Event carry.
+        message: String,
+    },
+}
+
+/// Judges a running soak: the first failure, by kind (an abort, a restart,
+/// a lost readiness, the gate) and then by pod name; else whether its
+/// time is up with the Deployment whole.
+pub fn judge(watch: &Watch) -> Verdict {
+    if let Some(value) = watch.abort {
+        return Verdict::Failed {
+            reason: reason::SOAK_ABORTED,
+            message: format!("{SOAK_ABORT_ANNOTATION} asked to abort the soak ({value})"),
+        };
+    }
+    let mut pods = watch.pods.clone();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+    let failed = |message: String| Verdict::Failed {
+        reason: reason::SOAK_FAILED,
+        message,
+    };
+    for pod in &pods {
+        let Some(c) = pod.containers.iter().find(|c| c.name == watch.container) else {
+            continue;
+        };
+        // A restart counts when its exit happened during the soak, or when
+        // the pod itself is younger than the soak (all its restarts are).
+        let exited_during = c.last_exit_at.is_some_and(|at| at >= watch.started);
+        let young = pod.created.is_some_and(|at| at >= watch.started);
+        if c.restarts > 0 && (exited_during || young) {
+            let said = crash_loop::said(c).unwrap_or_else(|| "with no exit recorded".into());
+            return failed(format!(
+                "pod {} restarted during the soak: container {} restarted {} times, {said}",
+                pod.name, watch.container, c.restarts
+            ));
+        }
+    }
+    for pod in &pods {
+        // A pod that served when the soak began and stopped passing its
+        // readiness probe: the model stopped answering. A pod created
+        // since (a replacement, a scale-up) is still warming; its crash
+        // or the gate's verdict would speak above.
+        let older = pod.created.is_some_and(|at| at < watch.started);
+        if older && !pod.containers_ready {
+            return failed(format!(
+                "pod {} stopped being ready during the soak",
+                pod.name
+            ));
+        }
+    }
+    if let Some(message) = &watch.quality_failure {
+        return failed(message.clone());
+    }
+    let remaining = (watch.ends - watch.now).max(0);
+    if remaining > 0 {
+        return Verdict::Soaking {
+            remaining,
+            waiting: None,
+        };
+    }
+    if !watch.complete {
+        return Verdict::Soaking {
+            remaining: 0,
+            waiting: Some("its time is up; waiting for every pod to be ready".into()),
+        };
+    }
+    Verdict::Soaked
+}
+
+/// Whether a failure's reason is a soak's: its rollback says "failed its
+/// soak" rather than "did not become ready".
+pub fn is_soak_failure(why: &str) -> bool {
+    why == reason::SOAK_FAILED || why == reason::SOAK_ABORTED
+}
+
+fn at(second: i64) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap_or_default())
+}
+
+impl Step<'_> {
+    /// A forward rollout turned Ready: its soak begins, and without one it
+    /// is over at once.
+    pub(super) fn begin_soak(&mut self, wanted: &Plan) {
+        let now = self.obs.now.clone();
+        let handled = self.status.soak.take().and_then(|s| s.abort_handled);
+        self.status.soak = Some(SoakStatus {
+            version: wanted.normalized.version.clone(),
+            spec_hash: wanted.spec_hash.clone(),
+            start_time: now.clone(),
+            end_time: at(now.0.as_second() + self.soak_seconds),
+            soaked_time: None,
+            abort_handled: handled,
+        });
+        if self.soak_seconds == 0 {
+            self.soak_over(wanted);
+        } else {
+            self.soaking(self.soak_seconds, None);
+        }
+    }
+
+    /// A Ready resource: while its version soaks, the soak is judged (and
+    /// a failure rolls back as a failed rollout does); else how well it
+    /// is served. `progress` is the Deployment's: complete, still moving
+    /// (`Err(None)`), or past its deadline (`Err(Some(words))`).
+    pub(super) fn ready(
+        &mut self,
+        desired: &Plan,
+        wanted: &Plan,
+        target: &Deployment,
+        progress: Result<(), Option<String>>,
+    ) {
+        let running = self
+            .status
+            .soak
+            .as_ref()
+            .filter(|s| s.spec_hash == wanted.spec_hash && s.soaked_time.is_none())
+            .cloned();
+        let Some(mut soak) = running else {
+            self.steady(target, wanted);
+            self.soaked_before(wanted);
+            return;
+        };
+        // The spec's soak now, so an edit of soakSeconds moves the end.
+        let started = soak.start_time.0.as_second();
+        soak.end_time = at(started + self.soak_seconds);
+        let abort = self
+            .obs
+            .resource
+            .annotations
+            .get(SOAK_ABORT_ANNOTATION)
+            .filter(|v| soak.abort_handled.as_ref() != Some(*v));
+        let quality_failure = if wanted.deployment.quality_gate {
+            quality::failure(self.rollout_pods(target))
+        } else {
+            None
+        };
+        let verdict = match &progress {
+            Err(Some(words)) => Verdict::Failed {
+                reason: reason::SOAK_FAILED,
+                message: format!("the Deployment stopped progressing: {words}"),
+            },
+            _ => judge(&Watch {
+                pods: self.rollout_pods(target),
+                container: &wanted.deployment.container,
+                started,
+                ends: soak.end_time.0.as_second(),
+                now: self.obs.now.0.as_second(),
+                complete: progress.is_ok(),
+                quality_failure,
+                abort: abort.map(String::as_str),
+            }),
+        };
+        if let Some(value) = abort {
+            soak.abort_handled = Some(value.clone());
+        }
+        self.status.soak = Some(soak);
+        match verdict {
+            Verdict::Soaking { remaining, waiting } => {
+                self.steady(target, wanted);
+                self.soaking(remaining, waiting);
+            }
+            Verdict::Soaked => {
+                self.steady(target, wanted);
+                self.soak_over(wanted);
+            }
+            Verdict::Failed { reason, message } => {
+                self.failed(desired, wanted, target, reason, &message);
+                let version = &wanted.normalized.version;
+                self.condition(
+                    SOAKED,
+                    false,
+                    reason,
+                    format!("{version} failed its soak: {message}"),
+                );
+            }
+        }
+    }
+
+    /// `Soaked=False` while the soak runs, and a look again when it ends.
+    /// The message names the end, not the time left, so a pass that finds
+    /// nothing new writes nothing.
+    fn soaking(&mut self, remaining: i64, waiting: Option<String>) {
+        let Some(soak) = &self.status.soak else {
+            return;
+        };
+        let message = match waiting {
+            Some(why) => format!("{} soaked {} s: {why}", soak.version, self.soak_seconds),
+            None => format!(
+                "soaking {} for {} s, until {}",
+                soak.version, self.soak_seconds, soak.end_time.0
+            ),
+        };
+        self.condition(SOAKED, false, reason::SOAKING, message);
+        if remaining > 0 {
+            let due = Duration::from_secs(remaining as u64);
+            self.requeue_after = Some(self.requeue_after.map_or(due, |d| d.min(due)));
+        }
+    }
+
+    /// The soak is over: the version joins the history and `Soaked` turns
+    /// True for it.
+    fn soak_over(&mut self, wanted: &Plan) {
+        self.record_success(&wanted.normalized);
+        let now = self.obs.now.clone();
+        let Some(soak) = self.status.soak.as_mut() else {
+            return;
+        };
+        soak.soaked_time = Some(now);
+        let version = soak.version.clone();
+        if self.soak_seconds == 0 {
+            let message = format!("{version} is ready; no soak is asked for");
+            self.condition(SOAKED, true, reason::SOAKED, message);
+            return;
+        }
+        let message = format!(
+            "{version} soaked for {} s since {}",
+            self.soak_seconds, soak.start_time.0
+        );
+        self.condition(SOAKED, true, reason::SOAKED, message.clone());
+        self.event(EventType::Normal, reason::SOAKED, message);
+    }
+
+    /// A Ready resource whose version has no soak on record: it was
+    /// serving before this operator judged soaks (an upgrade, a move from
+    /// the earlier operator), so it counts as soaked from now.
+    fn soaked_before(&mut self, wanted: &Plan) {
+        let recorded = self
+            .status
+            .soak
+            .as_ref()
+            .is_some_and(|s| s.spec_hash == wanted.spec_hash);
+        if recorded {
+            return;
+        }
+        let now = self.obs.now.clone();
+        let handled = self.status.soak.take().and_then(|s| s.abort_handled);
+        let version = wanted.normalized.version.clone();
+        self.status.soak = Some(SoakStatus {
+            version: version.clone(),
+            spec_hash: wanted.spec_hash.clone(),
+            start_time: now.clone(),
+            end_time: now.clone(),
+            soaked_time: Some(now),
+            abort_handled: handled,
+        });
+        self.condition(
+            SOAKED,
+            true,
+            reason::SOAKED,
+            format!("{version} was serving before its soak was judged"),
+        );
+    }
+
+    /// `Soaked` is True only for the spec the resource asks for, once it
+    /// soaked: a new version in Git, a canary that runs, a rollback all
+    /// turn it False in the same status write, whatever path the decision
+    /// took.
+    pub(super) fn soaked_only_for_the_desired_spec(&mut self) {
+        if !conditions::is_true(&self.status.conditions, SOAKED) {
+            return;
+        }
+        let desired = self.status.desired_spec_hash.as_deref();
+        let soaked = self
+            .status
+            .soak
+            .as_ref()
+            .is_some_and(|s| Some(s.spec_hash.as_str()) == desired && s.soaked_time.is_some());
+        if !soaked {
+            let version = self.status.desired_version.clone().unwrap_or_default();
+            self.condition(
+                SOAKED,
+                false,
+                reason::NOT_SERVED_YET,
+                format!("{version} has not soaked yet"),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::pods::ContainerView;
+
+    fn pod(name: &str, created: i64, ready: bool) -> PodView {
+        PodView {
+            name: name.into(),
+            created: Some(created),
+            containers_ready: ready,
+            containers: vec![ContainerView {
+                name: "openmed-service".into(),
+                ..ContainerView::default()
+            }],
+            ..PodView::default()
+        }
+    }
+
+    fn watch<'a>(pods: &'a [PodView], now: i64) -> Watch<'a> {
+        Watch {
+            pods: pods.iter().collect(),
+            container: "openmed-service",
+            started: 1000,
+            ends: 1300,
+            now,
+            complete: true,
+            quality_failure: None,
+            abort: None,
+        }
+    }
+
+    #[test]
+    fn a_soak_runs_its_time_then_soaks_once_every_pod_is_ready() {
+        let pods = [pod("a", 900, true), pod("b", 950, true)];
+        assert_eq!(
+            judge(&watch(&pods, 1100)),
+            Verdict::Soaking {
+                remaining: 200,
+                waiting: None
+            }
+        );
+        assert_eq!(judge(&watch(&pods, 1300)), Verdict::Soaked);
+        let mut partial = watch(&pods, 1400);
+        partial.complete = false;
+        assert!(
+            matches!(
+                judge(&partial),
+                Verdict::Soaking {
+                    remaining: 0,
+                    waiting: Some(_)
+                }
+            ),
+            "time up with a pod still missing waits for it"
+        );
+    }
+
+    #[test]
+    fn a_restart_during_the_soak_fails_it_and_one_from_before_does_not() {
+        let mut earlier = pod("a", 900, true);
+        earlier.containers[0].restarts = 1;
+        earlier.containers[0].last_exit = Some((137, "OOMKilled".into(), String::new()));
+        earlier.containers[0].last_exit_at = Some(950);
+        let pods = [earlier.clone()];
+        assert_eq!(
+            judge(&watch(&pods, 1100)),
+            Verdict::Soaking {
+                remaining: 200,
+                waiting: None
+            },
+            "a restart before the soak began is the rollout's business, not the soak's"
+        );
+        let mut during = earlier;
+        during.containers[0].last_exit_at = Some(1050);
+        let pods = [during];
+        let Verdict::Failed { reason, message } = judge(&watch(&pods, 1100)) else {
+            panic!("a restart during the soak fails it");
+        };
+        assert_eq!(reason, "SoakFailed");
+        assert_eq!(
+            message,
+            "pod a restarted during the soak: container openmed-service restarted 1 times, exit code 137 (OOMKilled)"
+        );
+    }
+
+    #[test]
+    fn a_pod_that_stops_being_ready_fails_the_soak_and_a_warming_one_does_not() {
+        let pods = [pod("a", 900, true), pod("new", 1100, false)];
+        assert!(
+            matches!(judge(&watch(&pods, 1200)), Verdict::Soaking { .. }),
+            "a pod created during the soak is warming"
+        );
+        let pods = [pod("a", 900, false)];
+        assert_eq!(
+            judge(&watch(&pods, 1200)),
+            Verdict::Failed {
+                reason: "SoakFailed",
+                message: "pod a stopped being ready during the soak".into()
+            }
+        );
+    }
+
+    #[test]
+    fn the_gates_verdict_and_an_abort_fail_the_soak() {
+        let pods = [pod("a", 900, true)];
+        let mut gated = watch(&pods, 1200);
+        gated.quality_failure = Some("pod a failed the quality gate: DATE recall 0.00".into());
+        assert!(matches!(
+            judge(&gated),
+            Verdict::Failed {
+                reason: "SoakFailed",
+                ..
+            }
+        ));
+        let mut aborted = watch(&pods, 1200);
+        aborted.abort = Some("ops-ticket-42");
+        let Verdict::Failed { reason, message } = judge(&aborted) else {
+            panic!("an abort fails the soak");
+        };
+        assert_eq!(reason, "SoakAborted");
+        assert!(message.contains("ops-ticket-42"), "{message}");
+    }
+}
