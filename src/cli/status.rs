@@ -121,6 +121,9 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
     if let Some(request) = &status.rollback_request {
         field(&mut out, "Rollback", request);
     }
+    if let Some(soak) = soak_line(&status, now) {
+        field(&mut out, "Soak", &soak);
+    }
 
     if !status.conditions.is_empty() {
         out.push_str("Conditions:\n");
@@ -454,6 +457,32 @@ fn written(e: &Event) -> u64 {
         .unwrap_or(0)
 }
 
+/// The soak of the version last rolled out: running with the time left,
+/// soaked and when, or what failed it.
+fn soak_line(status: &crate::api::OpenMedModelStatus, now: Timestamp) -> Option<String> {
+    let soak = status.soak.as_ref()?;
+    let condition = status.conditions.iter().find(|c| c.type_ == "Soaked");
+    let version = &soak.version;
+    if let Some(at) = &soak.soaked_time {
+        if soak.start_time == soak.end_time {
+            return Some(format!("{version} soaked (no soak asked for)"));
+        }
+        return Some(format!("{version} soaked {} ago", age(at.0, now)));
+    }
+    match condition.map(|c| c.reason.as_str()) {
+        Some("Soaking") => {
+            let left = (soak.end_time.0.as_second() - now.as_second()).max(0);
+            let total = soak.end_time.0.as_second() - soak.start_time.0.as_second();
+            Some(format!(
+                "{version} soaking: {left}s left of {total}s (until {})",
+                soak.end_time.0
+            ))
+        }
+        Some("SoakFailed" | "SoakAborted") => condition.map(|c| c.message.clone()),
+        _ => None,
+    }
+}
+
 /// `5s`, `3m`, `2h`, `4d`, as kubectl prints ages.
 fn age(then: Timestamp, now: Timestamp) -> String {
     let seconds = now.duration_since(then).as_secs().max(0);
@@ -629,9 +658,30 @@ async fn redraw_on_change(
     let terminal = std::io::stdout().is_terminal();
     let ctrl_c = tokio::signal::ctrl_c();
     let mut ctrl_c = std::pin::pin!(ctrl_c);
+    // A running soak's time left changes with no change in the cluster: it
+    // is counted down from what was last read, without reading again.
+    let mut last = observe(client, namespace, name).await?;
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let show = |next: String, shown: &mut String| {
+        if next != *shown {
+            if terminal {
+                print!("\x1b[H\x1b[2J{next}");
+            } else {
+                print!("\n{next}");
+            }
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            *shown = next;
+        }
+    };
     loop {
         tokio::select! {
             _ = &mut ctrl_c => return Ok(()),
+            _ = tick.tick() => {
+                if shown.contains(" soaking: ") {
+                    show(view(&last, now()), shown);
+                }
+            }
             change = changes.next() => {
                 // A watch error is retried by the watcher; the view simply
                 // waits for the next change.
@@ -648,17 +698,8 @@ async fn redraw_on_change(
                     }
                     Err(e) => return Err(e),
                 };
-                let next = view(&observed, now());
-                if next != *shown {
-                    if terminal {
-                        print!("\x1b[H\x1b[2J{next}");
-                    } else {
-                        print!("\n{next}");
-                    }
-                    use std::io::Write;
-                    let _ = std::io::stdout().flush();
-                    *shown = next;
-                }
+                show(view(&observed, now()), shown);
+                last = observed;
             }
         }
     }
@@ -752,6 +793,41 @@ mod tests {
             events,
             pods: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_running_soak_shows_the_time_left_and_a_finished_one_when_it_soaked() {
+        let now: Timestamp = "2026-12-01T10:02:00Z".parse().unwrap();
+        let soak = |soaked: Option<&str>, reason: &str| {
+            let mut soak = json!({"version": "v2", "specHash": "sha256:x",
+                "startTime": "2026-12-01T10:00:00Z", "endTime": "2026-12-01T10:05:00Z"});
+            if let Some(at) = soaked {
+                soak["soakedTime"] = json!(at);
+            }
+            json!({"soak": soak, "conditions": [{"type": "Soaked",
+                "status": if soaked.is_some() { "True" } else { "False" },
+                "reason": reason, "message": "v2 failed its soak: pod a restarted during the soak",
+                "lastTransitionTime": "2026-12-01T10:00:00Z"}]})
+        };
+        let line = |status| {
+            view(&observed(status, Vec::new()), now)
+                .lines()
+                .find(|l| l.starts_with("Soak:"))
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            line(soak(None, "Soaking")).as_deref(),
+            Some("Soak:       v2 soaking: 180s left of 300s (until 2026-12-01T10:05:00Z)")
+        );
+        assert_eq!(
+            line(soak(Some("2026-12-01T10:01:00Z"), "Soaked")).as_deref(),
+            Some("Soak:       v2 soaked 60s ago")
+        );
+        assert_eq!(
+            line(soak(None, "SoakFailed")).as_deref(),
+            Some("Soak:       v2 failed its soak: pod a restarted during the soak")
+        );
+        assert_eq!(line(json!({})), None, "no soak on record, no line");
     }
 
     #[test]
