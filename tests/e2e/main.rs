@@ -24,6 +24,7 @@ mod operator;
 mod plugin;
 mod render;
 mod snapshots;
+mod soak;
 mod support;
 
 use libtest_mimic::Arguments;
@@ -46,6 +47,7 @@ fn main() {
     trials.extend(helm::trials());
     trials.extend(render::trials());
     trials.extend(kubelet::trials());
+    trials.extend(soak::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);
