@@ -454,6 +454,21 @@ pub struct SoakStatus {
     /// acted on once, so a later soak is not aborted by an old request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort_handled: Option<String>,
+
+    /// When the canary's analysis (`spec.canary.analysis`: its metrics and
+    /// webhooks, asked about the stable backend, which now serves the
+    /// version) was last measured during this soak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+
+    /// The analysis's failed measurements during this soak; one more than
+    /// its `failureLimit` fails the soak.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_measurements: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// Lifecycle phase of an OpenMedModel.

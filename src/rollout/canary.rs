@@ -1218,7 +1218,16 @@ fn not_allowed_message(refused: &[String]) -> String {
 /// The checks due for `resource` at `now`, empty when none are or when
 /// `settings` does not allow every endpoint: the shell runs them and hands
 /// the readings to `decide`.
+///
+/// A soak's checks ([`super::soak::analysis_checks`]) come beside a drain
+/// that may still run after the promotion.
 pub fn analysis_checks(resource: &ResourceView, settings: &Settings, now: &Time) -> Vec<Check> {
+    let mut checks = canary_checks(resource, settings, now);
+    checks.extend(super::soak::analysis_checks(resource, settings, now));
+    checks
+}
+
+fn canary_checks(resource: &ResourceView, settings: &Settings, now: &Time) -> Vec<Check> {
     let Ok(spec) = serde_json::from_value::<OpenMedModelSpec>(resource.spec.clone()) else {
         return Vec::new();
     };

@@ -13,12 +13,13 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::analysis::{self, Check, Subject};
 use super::conditions::{self, SOAKED};
 use super::decision::{EventType, reason};
 use super::pods::PodView;
-use super::{Step, crash_loop, quality};
-use crate::api::SoakStatus;
+use super::{ResourceView, Settings, Step, crash_loop, quality};
 use crate::api::names::SOAK_ABORT_ANNOTATION;
+use crate::api::{Analysis, OpenMedModelSpec, SoakStatus};
 use crate::plan::Plan;
 
 /// What one pass saw of a running soak.
@@ -153,6 +154,8 @@ impl Step<'_> {
             end_time: at(now.0.as_second() + self.soak_seconds),
             soaked_time: None,
             abort_handled: handled,
+            analysis_time: None,
+            failed_measurements: 0,
         });
         if self.soak_seconds == 0 {
             self.soak_over(wanted);
@@ -197,8 +200,13 @@ impl Step<'_> {
         } else {
             None
         };
-        let verdict = match &progress {
-            Err(Some(words)) => Verdict::Failed {
+        let analysis_failure = self.judge_soak_analysis(&mut soak);
+        let verdict = match (&progress, analysis_failure) {
+            (_, Some(message)) => Verdict::Failed {
+                reason: reason::SOAK_FAILED,
+                message,
+            },
+            (Err(Some(words)), None) => Verdict::Failed {
                 reason: reason::SOAK_FAILED,
                 message: format!("the Deployment stopped progressing: {words}"),
             },
@@ -221,6 +229,10 @@ impl Step<'_> {
             Verdict::Soaking { remaining, waiting } => {
                 self.steady(target, wanted);
                 self.soaking(remaining, waiting);
+                if let Some(due) = self.soak_analysis_due_in() {
+                    let due = Duration::from_secs(due.max(1) as u64);
+                    self.requeue_after = Some(self.requeue_after.map_or(due, |d| d.min(due)));
+                }
             }
             Verdict::Soaked => {
                 self.steady(target, wanted);
@@ -237,6 +249,51 @@ impl Step<'_> {
                 );
             }
         }
+    }
+
+    /// The canary analysis's readings taken for this pass, judged and
+    /// counted in `soak`; the failure, once more measurements failed than
+    /// the analysis tolerates. No data counts neither way, as in a canary.
+    fn judge_soak_analysis(&self, soak: &mut SoakStatus) -> Option<String> {
+        let analysis = soak_analysis(self.obs.resource)?;
+        // Only the analysis's own readings: a drain after the promotion is
+        // measured beside them.
+        let ours: Vec<&analysis::Measurement> = self
+            .obs
+            .measurements
+            .iter()
+            .filter(|m| {
+                analysis.metrics.iter().any(|x| x.name == m.name)
+                    || analysis.webhooks.iter().any(|x| x.name == m.name)
+            })
+            .collect();
+        if ours.is_empty() {
+            return None;
+        }
+        soak.analysis_time = Some(self.obs.now.clone());
+        let mut failures = Vec::new();
+        for m in ours {
+            let (outcome, message) = analysis::judge(&analysis, m);
+            if outcome == crate::api::Outcome::Fail {
+                soak.failed_measurements += 1;
+                failures.push(format!("{}: {message}", m.name));
+            }
+        }
+        (soak.failed_measurements > analysis.failure_limit).then(|| {
+            format!(
+                "the canary analysis failed on the stable backend ({} failed, {} tolerated): {}",
+                soak.failed_measurements,
+                analysis.failure_limit,
+                failures.join("; ")
+            )
+        })
+    }
+
+    /// Seconds until the soak's next analysis, when it has one.
+    fn soak_analysis_due_in(&self) -> Option<i64> {
+        let analysis = soak_analysis(self.obs.resource)?;
+        let soak = self.status.soak.as_ref()?;
+        Some(analysis_due_at(&analysis, soak) - self.obs.now.0.as_second())
     }
 
     /// `Soaked=False` while the soak runs, and a look again when it ends.
@@ -305,6 +362,8 @@ impl Step<'_> {
             end_time: now.clone(),
             soaked_time: Some(now),
             abort_handled: handled,
+            analysis_time: None,
+            failed_measurements: 0,
         });
         self.condition(
             SOAKED,
@@ -338,6 +397,68 @@ impl Step<'_> {
             );
         }
     }
+}
+
+/// The canary analysis a soak keeps measuring: the metrics and webhooks
+/// of `spec.canary.analysis` (the quality gate judges the pods), when the
+/// resource has them.
+fn soak_analysis(resource: &ResourceView) -> Option<Analysis> {
+    let spec: OpenMedModelSpec = serde_json::from_value(resource.spec.clone()).ok()?;
+    let mut analysis = spec.canary?.analysis?;
+    analysis.probes = None;
+    (!analysis.metrics.is_empty() || !analysis.webhooks.is_empty()).then_some(analysis)
+}
+
+/// When a running soak's next analysis is due: an interval after the
+/// last, the first an interval after the soak began, so that each reading
+/// covers the version's own traffic.
+fn analysis_due_at(analysis: &Analysis, soak: &SoakStatus) -> i64 {
+    let interval = (analysis::interval(analysis).as_secs() as i64).max(1);
+    let last = soak.analysis_time.as_ref().unwrap_or(&soak.start_time);
+    last.0.as_second() + interval
+}
+
+/// The checks a running soak asks for now, if any: those of the canary's
+/// analysis, about the stable backend, which serves the version since the
+/// promotion (`{{canary}}` names it too), at endpoints `settings` allows.
+pub fn analysis_checks(resource: &ResourceView, settings: &Settings, now: &Time) -> Vec<Check> {
+    soak_checks(resource, settings, now).unwrap_or_default()
+}
+
+fn soak_checks(resource: &ResourceView, settings: &Settings, now: &Time) -> Option<Vec<Check>> {
+    let soak = resource.status.soak.as_ref()?;
+    let running = soak.soaked_time.is_none()
+        && resource.status.applied_spec_hash.as_deref() == Some(soak.spec_hash.as_str())
+        && resource.status.phase == Some(crate::api::Phase::Ready)
+        && conditions::get(&resource.status.conditions, SOAKED)
+            .is_some_and(|c| c.reason == reason::SOAKING);
+    if !running {
+        return None;
+    }
+    let spec: OpenMedModelSpec = serde_json::from_value(resource.spec.clone()).ok()?;
+    let canary = spec.canary?;
+    let analysis = soak_analysis(resource)?;
+    if analysis_due_at(&analysis, soak) > now.0.as_second() {
+        return Some(Vec::new());
+    }
+    let mut traffic = canary.traffic_ref.clone();
+    traffic.canary_backend = traffic.stable_backend.clone();
+    let key = resource.key();
+    let subject = Subject {
+        resource: &key,
+        namespace: &resource.namespace,
+        traffic: &traffic,
+        version: &soak.version,
+        stable_version: &soak.version,
+        step: 0,
+        weight: 100,
+        mirror: None,
+    };
+    Some(analysis::checks(
+        &analysis,
+        &subject,
+        &settings.analysis_allow,
+    ))
 }
 
 #[cfg(test)]

@@ -2012,3 +2012,68 @@ fn an_answer_between_errors_starts_the_count_again() {
     assert_ne!(w.canary_status().state, CanaryState::Aborted);
     assert_eq!(w.weights(), (90, 10));
 }
+
+#[test]
+fn a_promoted_version_soaks_on_the_canary_analysis_asked_of_the_stable_backend() {
+    let mut w = World::canary_ready(json!([{"weight": 50, "pause": "10s"}]), Some(error_rate()));
+    let mut spec = w.resource.spec.clone();
+    spec["rolloutStrategy"]["soakSeconds"] = json!(120);
+    spec["version"] = json!("v2");
+    w.set_spec(spec);
+    w.reconcile();
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.weights(), (50, 50));
+    w.now += 10;
+    w.measured(Reading::Sample(0.0));
+    w.reconcile();
+    w.measurements.clear();
+    w.now += 1;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Promoting);
+    w.reconcile();
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+    assert_eq!(w.canary_status().state, CanaryState::Promoted);
+    assert_eq!(
+        w.condition(conditions::SOAKED),
+        ("False".into(), "Soaking".into())
+    );
+
+    // The canary's analysis goes on, one interval after the soak began,
+    // about the stable backend, which serves v2 now.
+    assert!(analysis_checks(&w.resource, &w.settings, &at(w.now)).is_empty());
+    assert_eq!(w.decide().requeue_after, Some(Duration::from_secs(10)));
+    w.now += 10;
+    let checks = analysis_checks(&w.resource, &w.settings, &at(w.now));
+    let [Check::Prometheus { query, .. }] = checks.as_slice() else {
+        panic!("one query is due: {checks:?}");
+    };
+    assert_eq!(query, "errors{service=\"svc\"}");
+
+    // failureLimit 1: the first failed reading is tolerated, the second
+    // fails the soak, and v2 rolls back to v1.
+    w.measured(Reading::Sample(0.5));
+    assert!(w.reconcile().is_empty());
+    assert_eq!(w.status().soak.as_ref().unwrap().failed_measurements, 1);
+    w.measurements.clear();
+    assert!(analysis_checks(&w.resource, &w.settings, &at(w.now + 9)).is_empty());
+    w.now += 10;
+    w.measured(Reading::Sample(0.5));
+    let events = w.reconcile();
+    assert_eq!(
+        reasons(&events),
+        [reason::ROLLOUT_FAILED, reason::ROLLBACK_STARTED]
+    );
+    assert!(
+        events[0]
+            .message
+            .contains("v2 failed its soak: the canary analysis failed on the stable backend (2 failed, 1 tolerated): error-rate: 0.5 is outside at most 0.01"),
+        "{}",
+        events[0].message
+    );
+    assert_eq!(w.cm_version(), "v1");
+}
