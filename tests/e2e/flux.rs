@@ -44,6 +44,10 @@ pub fn trials() -> Vec<Trial> {
             rendered_snapshots_left_out_of_git_are_not_pruned,
         ),
         trial(
+            "flux::a_wave_starts_once_the_wave_before_has_soaked_and_never_after_it_rolled_back",
+            a_wave_starts_once_the_wave_before_has_soaked_and_never_after_it_rolled_back,
+        ),
+        trial(
             "flux::a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present",
             a_canary_under_flux_keeps_its_weights_with_the_route_applied_if_not_present,
         ),
@@ -222,7 +226,12 @@ impl Flux {
 }
 
 async fn flux_state(env: &Env) -> Flux {
-    let k = kustomizations(env).get("models").await.unwrap();
+    flux_state_of(env, "models").await
+}
+
+/// [`flux_state`] of the Kustomization `name` in the test's namespace.
+async fn flux_state_of(env: &Env, name: &str) -> Flux {
+    let k = kustomizations(env).get(name).await.unwrap();
     let k = serde_json::to_value(k).unwrap();
     let ready = k["status"]["conditions"]
         .as_array()
@@ -838,5 +847,205 @@ fn rendered_snapshots_left_out_of_git_are_not_pruned() {
             "v1's snapshot stays for the rollback: the operator retains it"
         );
         env.finish().await;
+    });
+}
+
+/// The soak of the wave test's models: long enough that the next wave
+/// starting before it ends would show, short enough for CI.
+const WAVE_SOAK_S: i64 = 8;
+
+/// The waves of `examples/fleet/management/flux-system.yaml`, staging and
+/// hospital A, as Kustomizations in `first`'s namespace that apply the
+/// repository's `staging/` to `first`'s namespace and `hospital-a/` to
+/// `second`'s: the example's `dependsOn` and health checks, a namespace
+/// standing in for each cluster's kubeconfig.
+fn wave_objects(repo: &Repo, first: &Env, second: &Env) -> String {
+    use serde::Deserialize;
+    let text =
+        std::fs::read_to_string(root().join("examples/fleet/management/flux-system.yaml")).unwrap();
+    let mut docs: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .filter(|v| v["metadata"]["name"] != "hospital-b")
+        .collect();
+    let interval = format!("{INTERVAL_S}s");
+    for doc in &mut docs {
+        let name = doc["metadata"]["name"].as_str().unwrap().to_owned();
+        doc["metadata"]["namespace"] = json!(first.ns.name);
+        doc["spec"]["interval"] = json!(interval);
+        if doc["kind"] == "GitRepository" {
+            doc["metadata"]["name"] = json!("fleet");
+            doc["spec"]["url"] = json!(repo.url);
+            continue;
+        }
+        let spec = doc["spec"].as_object_mut().unwrap();
+        spec.remove("kubeConfig");
+        spec.insert("retryInterval".into(), json!(interval));
+        spec.insert(
+            "sourceRef".into(),
+            json!({"kind": "GitRepository", "name": "fleet"}),
+        );
+        spec.insert("path".into(), json!(format!("./{name}")));
+        spec.insert("timeout".into(), json!("90s"));
+        let target = if name == "staging" { first } else { second };
+        spec.insert("targetNamespace".into(), json!(target.ns.name));
+    }
+    yaml_stream(&docs)
+}
+
+/// The model of one wave as the fleet keeps it (`examples/fleet`), at
+/// `version`, with the test's soak.
+fn wave_model(env: &Env, version: &str) -> String {
+    let mut m = example("models/openmedmodel.yaml").remove(0);
+    m["metadata"]["name"] = json!("svc");
+    m["metadata"]["namespace"] = json!(env.ns.name);
+    m["spec"]["version"] = json!(version);
+    m["spec"]["rolloutStrategy"] =
+        json!({"progressDeadlineSeconds": 30, "soakSeconds": WAVE_SOAK_S});
+    yaml_stream(&[m])
+}
+
+fn time_of(t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> i64 {
+    t.as_ref().map(|t| t.0.as_second()).unwrap_or(i64::MAX)
+}
+
+fn a_wave_starts_once_the_wave_before_has_soaked_and_never_after_it_rolled_back() {
+    block_on(async {
+        let staging = Env::new("wave-staging").await;
+        let hospital = Env::new("wave-hospital").await;
+        // One version name for the fleet, as one commit sets it everywhere.
+        let (v1, v2, bad) = (
+            staging.version("v1"),
+            staging.version("v2"),
+            staging.version("bad"),
+        );
+        mark_unready(&staging.client, &[&bad]).await;
+        let repo = Repo::new(&staging.ns.name);
+        std::fs::create_dir_all(repo.path().join("staging")).unwrap();
+        std::fs::create_dir_all(repo.path().join("hospital-a")).unwrap();
+        let fleet = |version: &str| {
+            vec![
+                (
+                    "staging/deployment.yaml".to_owned(),
+                    deployment_in_git("svc"),
+                ),
+                (
+                    "staging/openmedmodel.yaml".to_owned(),
+                    wave_model(&staging, version),
+                ),
+                (
+                    "hospital-a/deployment.yaml".to_owned(),
+                    deployment_in_git("svc"),
+                ),
+                (
+                    "hospital-a/openmedmodel.yaml".to_owned(),
+                    wave_model(&hospital, version),
+                ),
+            ]
+        };
+        let commit_fleet = |message: &str, version: &str| {
+            let files = fleet(version);
+            let files: Vec<(&str, Option<&str>)> = files
+                .iter()
+                .map(|(p, t)| (p.as_str(), Some(t.as_str())))
+                .collect();
+            repo.commit(message, &files)
+        };
+        let first = commit_fleet("the fleet at v1", &v1);
+        staging
+            .apply(&wave_objects(&repo, &staging, &hospital))
+            .await;
+        for wave in ["staging", "hospital-a"] {
+            wait_until(
+                &format!("wave {wave} Ready at the first commit"),
+                ROLLOUT * 3,
+                || flux_state_of(&staging, wave),
+                |f| f.ready_at(&first),
+            )
+            .await;
+        }
+
+        // One commit bumps both folders: hospital A's Deployment changes
+        // only once staging has soaked v2, by the clusters' own clocks.
+        let hospital_template = hospital.deployment("svc").await["spec"]["template"].clone();
+        let pushed = Instant::now();
+        let bump = commit_fleet("the fleet at v2", &v2);
+        let staging_soaked = staging
+            .wait_status("svc", "staging soaked at v2", |s| {
+                s.soak
+                    .as_ref()
+                    .is_some_and(|k| k.version == v2 && k.soaked_time.is_some())
+            })
+            .await;
+        assert_eq!(
+            hospital.deployment("svc").await["spec"]["template"],
+            hospital_template,
+            "hospital A's pods changed before staging had soaked"
+        );
+        let hospital_soaked = wait_until(
+            "hospital A soaked at v2",
+            ROLLOUT * 3,
+            || hospital.status("svc"),
+            |s| {
+                s.soak
+                    .as_ref()
+                    .is_some_and(|k| k.version == v2 && k.soaked_time.is_some())
+            },
+        )
+        .await;
+        let staging_soak = staging_soaked.soak.as_ref().unwrap();
+        let staging_done = time_of(&staging_soak.soaked_time);
+        let hospital_started = time_of(&hospital_soaked.last_rollout_time);
+        assert!(
+            hospital_started >= staging_done,
+            "hospital A rolled at {hospital_started}, staging soaked at {staging_done}"
+        );
+        for wave in ["staging", "hospital-a"] {
+            wait_until(
+                &format!("wave {wave} Ready at the bump"),
+                ROLLOUT * 3,
+                || flux_state_of(&staging, wave),
+                |f| f.ready_at(&bump),
+            )
+            .await;
+        }
+        let floor = 2 * WAVE_SOAK_S;
+        eprintln!(
+            "flux::waves: commit to the last wave soaked {:.1} s (soaks {floor} s); staging soaked at {staging_done}, hospital A rolled at {hospital_started}",
+            pushed.elapsed().as_secs_f64()
+        );
+
+        // A version that fails in staging rolls back there and never
+        // reaches hospital A.
+        let hospital_template = hospital.deployment("svc").await["spec"]["template"].clone();
+        let broken = commit_fleet("the fleet at a version that never warms", &bad);
+        staging.wait_rolled_back("svc").await;
+        let failed = wait_until(
+            "Flux to judge staging failed at the broken commit",
+            ROLLOUT * 2,
+            || flux_state_of(&staging, "staging"),
+            |f| f.attempted.ends_with(&broken) && f.ready == "False",
+        )
+        .await;
+        eprintln!(
+            "flux::waves: staging says {}: {}",
+            failed.reason, failed.message
+        );
+        let waiting = flux_state_of(&staging, "hospital-a").await;
+        assert!(
+            !waiting.attempted.ends_with(&broken),
+            "hospital A was applied at the commit staging failed: {waiting:?}"
+        );
+        assert_eq!(
+            hospital.deployment("svc").await["spec"]["template"],
+            hospital_template,
+            "hospital A's pods changed after staging rolled back"
+        );
+        assert_eq!(
+            hospital.status("svc").await.active_version.as_deref(),
+            Some(v2.as_str())
+        );
+        hospital.finish().await;
+        staging.finish().await;
     });
 }
