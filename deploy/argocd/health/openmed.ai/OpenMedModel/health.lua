@@ -1,9 +1,11 @@
 -- Argo CD health of an openmed.ai/OpenMedModel, from the status the
 -- operator writes (Argo CD runs this with gopher-lua, Lua 5.1).
 --
--- Healthy:     Ready=True and the operator has seen the current generation.
--- Progressing: a rollout or rollback is under way, or the operator waits
---              for something that heals by itself (target not there yet).
+-- Healthy:     Ready=True and the operator has seen the current generation
+--              (and, with rolloutStrategy.soakSeconds, the soak is over).
+-- Progressing: a rollout or rollback is under way, a Ready version still
+--              soaks, or the operator waits for something that heals by
+--              itself (target not there yet).
 -- Degraded:    the rollout failed (RolledBack, Failed), or the resource
 --              cannot be acted on (TargetConflict, InvalidSpec, a rejected
 --              manual rollback).
@@ -98,6 +100,18 @@ end
 if status.phase == "RolledBack" or status.phase == "Failed" then
   hs.status = "Degraded"
   hs.message = status.phase .. " (" .. with_detail .. ")"
+  return hs
+end
+
+-- A version that is Ready and still soaking (rolloutStrategy.soakSeconds)
+-- is Progressing until the soak is over: a sync wave or a progressive
+-- sync step after it waits for the soak, as Flux's waves do
+-- (docs/fleet.md).
+local soaked = condition("Soaked")
+if ready ~= nil and ready.status == "True" and soaked ~= nil and soaked.status == "False"
+    and soaked.reason == "Soaking" then
+  hs.status = "Progressing"
+  hs.message = "Soaking (" .. versions .. ": " .. (soaked.message or "") .. ")"
   return hs
 end
 
