@@ -131,6 +131,16 @@ pub fn judge(watch: &Watch) -> Verdict {
     Verdict::Soaked
 }
 
+/// `Soaked=True`'s message, from the record alone, so every pass that
+/// finds the same record writes the same words.
+fn soaked_message(soak: &SoakStatus) -> String {
+    let seconds = soak.end_time.0.as_second() - soak.start_time.0.as_second();
+    match &soak.soaked_time {
+        Some(at) if seconds > 0 => format!("{} soaked for {seconds} s, at {}", soak.version, at.0),
+        _ => format!("{} is ready; no soak was asked for", soak.version),
+    }
+}
+
 /// Whether a failure's reason is a soak's: its rollback says "failed its
 /// soak" rather than "did not become ready".
 pub fn is_soak_failure(why: &str) -> bool {
@@ -145,6 +155,18 @@ impl Step<'_> {
     /// A forward rollout turned Ready: its soak begins, and without one it
     /// is over at once.
     pub(super) fn begin_soak(&mut self, wanted: &Plan) {
+        let soaked = self
+            .status
+            .soak
+            .as_ref()
+            .is_some_and(|s| s.spec_hash == wanted.spec_hash && s.soaked_time.is_some());
+        if soaked {
+            // This very spec soaked before (Git put back on it after a
+            // rollback): it is not judged again.
+            self.record_success(&wanted.normalized);
+            self.soaked_before(wanted);
+            return;
+        }
         let now = self.obs.now.clone();
         let handled = self.status.soak.take().and_then(|s| s.abort_handled);
         self.status.soak = Some(SoakStatus {
@@ -326,18 +348,11 @@ impl Step<'_> {
             return;
         };
         soak.soaked_time = Some(now);
-        let version = soak.version.clone();
-        if self.soak_seconds == 0 {
-            let message = format!("{version} is ready; no soak is asked for");
-            self.condition(SOAKED, true, reason::SOAKED, message);
-            return;
-        }
-        let message = format!(
-            "{version} soaked for {} s since {}",
-            self.soak_seconds, soak.start_time.0
-        );
+        let message = soaked_message(soak);
         self.condition(SOAKED, true, reason::SOAKED, message.clone());
-        self.event(EventType::Normal, reason::SOAKED, message);
+        if self.soak_seconds > 0 {
+            self.event(EventType::Normal, reason::SOAKED, message);
+        }
     }
 
     /// A Ready resource whose version has no soak on record: it was
@@ -348,15 +363,18 @@ impl Step<'_> {
             .status
             .soak
             .as_ref()
-            .is_some_and(|s| s.spec_hash == wanted.spec_hash);
-        if recorded {
+            .filter(|s| s.spec_hash == wanted.spec_hash && s.soaked_time.is_some())
+            .map(soaked_message);
+        if let Some(message) = recorded {
+            // Soaked once, and asked for again (Git put back after a
+            // rollback): no new soak, and no rollout either.
+            self.condition(SOAKED, true, reason::SOAKED, message);
             return;
         }
         let now = self.obs.now.clone();
         let handled = self.status.soak.take().and_then(|s| s.abort_handled);
-        let version = wanted.normalized.version.clone();
-        self.status.soak = Some(SoakStatus {
-            version: version.clone(),
+        let soak = SoakStatus {
+            version: wanted.normalized.version.clone(),
             spec_hash: wanted.spec_hash.clone(),
             start_time: now.clone(),
             end_time: now.clone(),
@@ -364,13 +382,9 @@ impl Step<'_> {
             abort_handled: handled,
             analysis_time: None,
             failed_measurements: 0,
-        });
-        self.condition(
-            SOAKED,
-            true,
-            reason::SOAKED,
-            format!("{version} was serving before its soak was judged"),
-        );
+        };
+        self.condition(SOAKED, true, reason::SOAKED, soaked_message(&soak));
+        self.status.soak = Some(soak);
     }
 
     /// `Soaked` is True only for the spec the resource asks for, once it

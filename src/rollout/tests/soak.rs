@@ -83,7 +83,7 @@ fn soaked_turns_true_only_after_the_soak_by_a_timer_and_names_the_generation() {
     assert_eq!(soaked.status, "True");
     assert_eq!(soaked.observed_generation, Some(w.resource.generation));
     assert!(
-        soaked.message.starts_with("v2 soaked for 300 s since "),
+        soaked.message.starts_with("v2 soaked for 300 s, at "),
         "{}",
         soaked.message
     );
@@ -215,4 +215,40 @@ fn a_new_version_in_git_is_not_soaked_even_before_its_rollout_starts() {
     w.set_version("v2");
     w.reconcile();
     assert_eq!(w.condition(SOAKED), ("False".into(), "NotServedYet".into()));
+}
+
+#[test]
+fn git_put_back_on_a_version_that_soaked_is_soaked_again_without_a_new_soak() {
+    let mut w = World::soaked_at("v1", 60);
+    w.bump_to_soaking("v2");
+    w.now += 60;
+    w.reconcile();
+    assert_eq!(
+        w.condition(SOAKED).0,
+        "True",
+        "{:?}",
+        conditions::get(&w.status().conditions, SOAKED)
+    );
+    // A version that never warms rolls back to v2 ...
+    w.fail_rollout("v3");
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.condition(SOAKED), ("False".into(), "RolledBack".into()));
+    // ... and Git is put back on v2: soaked as it was, nothing rolls.
+    w.set_version("v2");
+    w.now += 10;
+    let events = w.reconcile();
+    assert!(w.writes.is_empty(), "{:?}", w.writes);
+    assert!(
+        !reasons(&events).contains(&reason::ROLLOUT_STARTED),
+        "{events:?}"
+    );
+    assert_eq!(w.condition(SOAKED), ("True".into(), "Soaked".into()));
+    let again = w.decide();
+    assert_eq!(
+        again.status,
+        *w.status(),
+        "the message is the same at every pass"
+    );
 }
