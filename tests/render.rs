@@ -1209,3 +1209,73 @@ fn one_bad_document_at_the_end_of_a_large_input_means_no_output() {
         );
     }
 }
+
+#[test]
+fn a_fleet_renders_wave_by_wave_in_its_order_each_as_its_folder_alone() {
+    let out = openmed_op(&["render", "examples/fleet"], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let headings: Vec<&str> = text.lines().filter(|l| l.starts_with("# wave ")).collect();
+    assert_eq!(
+        headings,
+        [
+            "# wave 1 of 3: staging (clusters/staging)",
+            "# wave 2 of 3: hospital-a (clusters/hospital-a)",
+            "# wave 3 of 3: hospital-b (clusters/hospital-b)",
+        ]
+    );
+    // Each wave is what rendering its folder alone writes.
+    let mut expected = Vec::new();
+    for wave in ["staging", "hospital-a", "hospital-b"] {
+        let alone = openmed_op(
+            &["render", &format!("examples/fleet/clusters/{wave}")],
+            None,
+        );
+        assert!(alone.status.success(), "{}", stderr(&alone));
+        expected.extend(docs(&stdout(&alone)));
+    }
+    assert_eq!(docs(&text), expected);
+
+    let summary = stdout(&openmed_op(
+        &["render", "--summary", "examples/fleet"],
+        None,
+    ));
+    let lines: Vec<&str> = summary
+        .lines()
+        .filter(|l| l.starts_with("# wave ") || l.starts_with("openmed/"))
+        .collect();
+    // A heading, then its wave's one resource, three times.
+    assert_eq!(lines.len(), 6, "{summary}");
+    for pair in lines.chunks(2) {
+        assert!(
+            pair[0].starts_with("# wave ") && pair[1].starts_with("openmed/openmed-service "),
+            "{summary}"
+        );
+    }
+}
+
+#[test]
+fn a_fleet_file_in_error_is_refused_with_its_line_and_a_bad_wave_writes_nothing() {
+    let fleet = "apiVersion: openmed.ai/v1alpha1\nkind: OpenMedFleet\nwaves:\n  - name: staging\n    path: ../elsewhere\n";
+    let dir = temp_dir(&[
+        ("openmed-fleet.yaml", fleet),
+        ("clusters/staging/model.yaml", MODEL),
+    ]);
+    let out = openmed_op(&["render", dir.path().to_str().unwrap()], None);
+    refused(
+        &out,
+        2,
+        "openmed-fleet.yaml:5: waves[0].path: \"../elsewhere\" must be a folder inside the repository",
+    );
+
+    let fleet = fleet.replace("../elsewhere", "clusters/staging")
+        + "  - name: hospital-a\n    path: clusters/hospital-a\n";
+    let broken = MODEL.replace("tier: Small", "tier: Huge");
+    let dir = temp_dir(&[
+        ("openmed-fleet.yaml", &fleet),
+        ("clusters/staging/model.yaml", MODEL),
+        ("clusters/hospital-a/model.yaml", &broken),
+    ]);
+    let out = openmed_op(&["render", dir.path().to_str().unwrap()], None);
+    refused(&out, 1, "clusters/hospital-a/model.yaml");
+}

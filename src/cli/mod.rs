@@ -414,7 +414,9 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 
 #[derive(Debug, clap::Args)]
 struct RenderArgs {
-    /// Files or directories to read; - reads stdin.
+    /// Files or directories to read; - reads stdin. A directory that holds
+    /// openmed-fleet.yaml is a fleet: each wave's folder is rendered on its
+    /// own, in the waves' order, each under a heading (docs/fleet.md).
     #[arg(required_unless_present = "krm", value_name = "INPUT")]
     inputs: Vec<PathBuf>,
 
@@ -891,6 +893,11 @@ fn render_krm() -> u8 {
 }
 
 fn render_once(args: &RenderArgs) -> u8 {
+    if let [dir] = args.inputs.as_slice()
+        && dir.join(crate::fleet::FILE_NAME).is_file()
+    {
+        return render_fleet(args, dir);
+    }
     let docs = match source::read_inputs(&args.inputs) {
         Ok(docs) => docs,
         Err(e) => {
@@ -927,6 +934,97 @@ fn render_once(args: &RenderArgs) -> u8 {
             EXIT_FINDINGS
         }
     }
+}
+
+/// `render DIR` where DIR holds `openmed-fleet.yaml`: each wave's folder
+/// rendered on its own (the same model is in every cluster's folder), in
+/// the waves' order, each under a heading; nothing is written when any
+/// wave has a problem.
+fn render_fleet(args: &RenderArgs, dir: &std::path::Path) -> u8 {
+    use crate::fleet;
+    let file = dir.join(fleet::FILE_NAME);
+    let shown = file.display().to_string();
+    let waves = match std::fs::read_to_string(&file) {
+        Ok(text) => match fleet::parse(&shown, &text) {
+            Ok(waves) => waves,
+            Err(e) => {
+                eprintln!("openmed-op: {e}");
+                return EXIT_USAGE;
+            }
+        },
+        Err(e) => {
+            eprintln!("openmed-op: {shown}: cannot read: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let mut inputs = Vec::new();
+    for wave in &waves {
+        match source::read_inputs(&[dir.join(&wave.path)]) {
+            Ok(docs) => inputs.push(docs),
+            Err(e) => {
+                eprintln!("openmed-op: wave {}: {e}", wave.name);
+                return EXIT_USAGE;
+            }
+        }
+    }
+    let mut rendered = Vec::new();
+    let mut findings = Vec::new();
+    for (wave, docs) in waves.iter().zip(&inputs) {
+        match render::render(docs, &args.namespace, render::MissingTarget::Patch) {
+            Ok(r) => rendered.push((wave, r)),
+            Err(problems) => findings.extend(problems),
+        }
+    }
+    if !findings.is_empty() {
+        report(&findings);
+        return EXIT_FINDINGS;
+    }
+    let count = waves.len();
+    let heading = |i: usize, wave: &fleet::Wave| {
+        format!(
+            "# wave {} of {count}: {} ({})\n",
+            i + 1,
+            wave.name,
+            wave.path
+        )
+    };
+    let written = if args.summary {
+        let mut out = String::new();
+        for (i, (wave, r)) in rendered.iter().enumerate() {
+            out.push_str(&heading(i, wave));
+            out.push_str(&render::summary_table(&r.rows));
+        }
+        print(&out)
+    } else if args.canary || matches!(args.output, Format::Json) {
+        let waves: Vec<serde_json::Value> = rendered
+            .iter()
+            .map(|(wave, r)| {
+                let body = if args.canary {
+                    serde_json::to_value(&r.canaries).expect("reports serialize")
+                } else {
+                    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": r.documents().collect::<Vec<_>>()})
+                };
+                serde_json::json!({"wave": wave.name, "path": wave.path, "rendered": body})
+            })
+            .collect();
+        let all = serde_json::json!({ "waves": waves });
+        print(&match args.output {
+            Format::Yaml => crate::source::yaml::write::document(&all),
+            Format::Json => serde_json::to_string_pretty(&all).expect("reports serialize") + "\n",
+        })
+    } else {
+        write_stream(|out| {
+            for (i, (wave, r)) in rendered.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b"---\n")?;
+                }
+                out.write_all(heading(i, wave).as_bytes())?;
+                render::write_yaml(out, r.documents())?;
+            }
+            Ok(())
+        })
+    };
+    exit_after(written, EXIT_OK)
 }
 
 /// Writes findings to stderr, then a one-line count.
