@@ -464,10 +464,9 @@ fn soak_line(status: &crate::api::OpenMedModelStatus, now: Timestamp) -> Option<
     let condition = status.conditions.iter().find(|c| c.type_ == "Soaked");
     let version = &soak.version;
     if let Some(at) = &soak.soaked_time {
-        if soak.start_time == soak.end_time {
-            return Some(format!("{version} soaked (no soak asked for)"));
-        }
-        return Some(format!("{version} soaked {} ago", age(at.0, now)));
+        // Without a soak asked for there is nothing to say about one.
+        return (soak.start_time != soak.end_time)
+            .then(|| format!("{version} soaked {} ago", age(at.0, now)));
     }
     match condition.map(|c| c.reason.as_str()) {
         Some("Soaking") => {
@@ -828,6 +827,10 @@ mod tests {
             Some("Soak:       v2 failed its soak: pod a restarted during the soak")
         );
         assert_eq!(line(json!({})), None, "no soak on record, no line");
+        let none_asked = json!({"soak": {"version": "v2", "specHash": "sha256:x",
+            "startTime": "2026-12-01T10:00:00Z", "endTime": "2026-12-01T10:00:00Z",
+            "soakedTime": "2026-12-01T10:00:00Z"}});
+        assert_eq!(line(none_asked), None, "no soak asked for, no line");
     }
 
     #[test]
