@@ -1435,3 +1435,90 @@ fn an_unreadable_user_git_config_is_skipped_with_a_warning() {
         stderr(&out)
     );
 }
+
+/// A fleet of three waves, each folder holding `svc` at its version.
+fn fleet_files(versions: [&str; 3]) -> Vec<(String, String)> {
+    let waves = ["staging", "hospital-a", "hospital-b"];
+    let mut files = vec![(
+        "openmed-fleet.yaml".to_owned(),
+        "apiVersion: openmed.ai/v1alpha1\nkind: OpenMedFleet\nwaves:\n  - name: staging\n    path: clusters/staging\n  - name: hospital-a\n    path: clusters/hospital-a\n  - name: hospital-b\n    path: clusters/hospital-b\n".to_owned(),
+    )];
+    for (wave, version) in waves.iter().zip(versions) {
+        files.push((format!("clusters/{wave}/svc.yaml"), model("svc", version)));
+    }
+    files
+}
+
+fn commit_fleet(repo: &TestRepo, branch: &str, versions: [&str; 3]) {
+    let files = fleet_files(versions);
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    repo.commit(branch, &files);
+}
+
+#[test]
+fn in_a_fleet_each_wave_is_its_own_cluster_and_a_wave_may_lag_but_never_run_ahead() {
+    let repo = TestRepo::new();
+    commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+    // The same model in every folder is no conflict: each wave is a cluster.
+    // One commit that bumps every wave passes; so does staging alone.
+    for versions in [["v2", "v2", "v2"], ["v2", "v1", "v1"]] {
+        let repo = TestRepo::new();
+        commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+        commit_fleet(&repo, "main", versions);
+        let out = verify(&repo, &[]);
+        assert_eq!(
+            code(&out),
+            0,
+            "{versions:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(
+            stdout(&out).contains("3 OpenMedModels at REV"),
+            "{}",
+            stdout(&out)
+        );
+    }
+
+    // Hospital A moved to a version staging does not ask for: ahead, with
+    // the fix that takes staging's; hospital B, left behind, only lags.
+    commit_fleet(&repo, "main", ["v1", "v2", "v1"]);
+    let out = verify(&repo, &["--format", "json"]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    let report = json(&out);
+    let findings = report["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    let f = &findings[0];
+    assert_eq!(f["rule"], "WaveAhead");
+    assert_eq!(f["file"], "clusters/hospital-a/svc.yaml");
+    assert_eq!(f["suggestedFix"], "version: v1");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("wave hospital-a asks for v2, and wave staging before it asks for v1"),
+        "{f}"
+    );
+
+    // A fleet file in error is a usage error naming its line.
+    let broken = TestRepo::new();
+    let mut files = fleet_files(["v1", "v1", "v1"]);
+    files[0].1 = files[0]
+        .1
+        .replace("path: clusters/hospital-b", "path: /abs");
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    broken.commit("main", &files);
+    let out = verify(&broken, &[]);
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("openmed-fleet.yaml:9: waves[2].path"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -118,7 +118,11 @@ input or malformed YAML.")]
     ///      (MutableVersion), a pointer the OpenMed service would refuse
     ///      (NotAServiceModelId), a new targetRef (TargetChanged);
     ///   7. with --status, after an automatic rollback, the one-line change
-    ///      that makes Git agree with the cluster (GitBehindRollback).
+    ///      that makes Git agree with the cluster (GitBehindRollback);
+    ///   8. in a fleet (openmed-fleet.yaml at the root), each wave's folder
+    ///      as its own cluster (--status DIR with DIR/<wave>.yaml), and no
+    ///      wave moved to a version the wave before it does not ask for
+    ///      (WaveAhead).
     ///
     /// BASE defaults to the merge base of REV with the default branch
     /// (origin/HEAD, main or master), else REV's first parent. See

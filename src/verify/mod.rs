@@ -106,6 +106,14 @@ pub enum UsageError {
     /// Reading the repository failed (a corrupt or incomplete object store).
     #[error("reading the repository: {0}")]
     Git(#[from] git2::Error),
+    /// `openmed-fleet.yaml` at the root is not a valid fleet file.
+    #[error("{0}")]
+    Fleet(crate::fleet::FleetError),
+    /// `--status` in a fleet is a file, not a directory of one per wave.
+    #[error(
+        "--status {0}: in a fleet (openmed-fleet.yaml), --status is a directory with one file per wave, named after it (DIR/staging.yaml)"
+    )]
+    FleetStatus(String),
 }
 
 /// The result of one verification.
@@ -148,7 +156,204 @@ struct Parsed {
 }
 
 /// Runs every rule on the revision (or files) and BASE that `options` name.
+///
+/// A repository whose REV holds `openmed-fleet.yaml` at its root is a
+/// fleet (docs/fleet.md): each wave's folder is judged as its own cluster,
+/// with `--status DIR/<wave>.yaml` when given, and then the waves against
+/// each other ([`fleet_findings`]). `--include` judges only what it names,
+/// as for any repository.
 pub fn verify(options: &Options) -> Result<Report, UsageError> {
+    match fleet_waves(options)? {
+        Some(waves) if options.include.is_empty() => verify_fleet(options, &waves),
+        _ => verify_one(options),
+    }
+}
+
+/// The waves of `openmed-fleet.yaml` at REV's root (or on disk with
+/// `--worktree`), if there is one.
+fn fleet_waves(options: &Options) -> Result<Option<Vec<crate::fleet::Wave>>, UsageError> {
+    use crate::fleet::FILE_NAME;
+    let repo = git::open(&options.repo).map_err(|e| UsageError::NotARepository {
+        path: options.repo.display().to_string(),
+        message: e.message().to_owned(),
+    })?;
+    let text = if options.worktree {
+        let Some(root) = repo.workdir() else {
+            return Ok(None);
+        };
+        match std::fs::read(root.join(FILE_NAME)) {
+            Ok(bytes) => bytes,
+            Err(_) => return Ok(None),
+        }
+    } else {
+        let spec = options.rev.as_deref().unwrap_or("HEAD");
+        let rev = git::commit(&repo, spec).map_err(|e| unknown("--rev", spec, &e))?;
+        let tree = rev.tree()?;
+        let Ok(entry) = tree.get_path(std::path::Path::new(FILE_NAME)) else {
+            return Ok(None);
+        };
+        git::blob(&repo, entry.id())?
+    };
+    let text = String::from_utf8_lossy(&text);
+    crate::fleet::parse(FILE_NAME, &text)
+        .map(Some)
+        .map_err(UsageError::Fleet)
+}
+
+/// Each wave's folder judged as its own cluster, then the waves against
+/// each other; one report.
+fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Report, UsageError> {
+    let statuses = match &options.status {
+        Some(dir) if !dir.is_dir() => {
+            return Err(UsageError::FleetStatus(dir.display().to_string()));
+        }
+        Some(dir) => Some(dir.clone()),
+        None => None,
+    };
+    let mut merged: Option<Report> = None;
+    let mut by_wave = Vec::new();
+    for wave in waves {
+        let status = statuses
+            .as_ref()
+            .map(|dir| dir.join(format!("{}.yaml", wave.name)))
+            .filter(|file| file.is_file());
+        let scoped = Options {
+            include: vec![format!("{}/**", wave.path)],
+            status,
+            ..options.clone()
+        };
+        let mut report = verify_one(&scoped)?;
+        for note in &mut report.notes {
+            *note = format!("wave {}: {note}", wave.name);
+        }
+        by_wave.push((wave.clone(), report.resources.clone()));
+        merged = Some(match merged {
+            None => report,
+            Some(mut all) => {
+                all.findings.extend(report.findings);
+                all.resources.extend(report.resources);
+                all.history_commits = all.history_commits.max(report.history_commits);
+                all.notes.extend(report.notes);
+                all
+            }
+        });
+    }
+    let mut report = merged.expect("a fleet has at least one wave");
+    let before = fleet_base_versions(options, waves)?;
+    report.findings.extend(fleet_findings(&by_wave, &before));
+    sort(&mut report.findings);
+    Ok(report)
+}
+
+/// Each wave's models at BASE, `<namespace>/<name>` → `spec.version`: what
+/// a change moved. Empty without a BASE (every model is new).
+fn fleet_base_versions(
+    options: &Options,
+    waves: &[crate::fleet::Wave],
+) -> Result<Vec<HashMap<String, String>>, UsageError> {
+    let repo = git::open(&options.repo).map_err(|e| UsageError::NotARepository {
+        path: options.repo.display().to_string(),
+        message: e.message().to_owned(),
+    })?;
+    let choice = match (&options.base, options.worktree) {
+        (Some(spec), _) => BaseChoice::Given(resolve(&repo, "--base", spec)?),
+        (None, true) => git::worktree_base(&repo),
+        (None, false) => {
+            let spec = options.rev.as_deref().unwrap_or("HEAD");
+            let rev = git::commit(&repo, spec).map_err(|e| unknown("--rev", spec, &e))?;
+            git::default_base(&repo, &rev)
+        }
+    };
+    let Some(base) = choice.oid() else {
+        return Ok(vec![HashMap::new(); waves.len()]);
+    };
+    let tree = repo.find_commit(base)?.tree()?;
+    let ns = options.namespace.as_str();
+    let mut all = Vec::new();
+    for wave in waves {
+        let prefix = format!("{}/", wave.path);
+        let keep = |path: &str| path.starts_with(&prefix);
+        let mut versions = HashMap::new();
+        for (path, oid) in git::files(&repo, &tree, &keep)? {
+            for doc in parse_file(&path, &git::blob(&repo, oid)?, None) {
+                let (Some(key), Some(version)) = (
+                    ResourceKey::of(&doc, ns),
+                    doc.value.pointer("/spec/version").and_then(|v| v.as_str()),
+                ) else {
+                    continue;
+                };
+                versions.insert(
+                    format!("{}/{}", key.namespace, key.name),
+                    version.to_owned(),
+                );
+            }
+        }
+        all.push(versions);
+    }
+    Ok(all)
+}
+
+/// The waves against each other. A change that moves a wave's model (or
+/// adds it) to a version the wave before it does not ask for runs that
+/// wave ahead: a version reaches a wave only after the waves before it,
+/// and Flux applies one commit that bumps them all wave by wave. A wave
+/// that stays where it was while the one before moves on lags, which is
+/// how every bump begins. The fix takes the version of the wave before.
+/// `before` holds each wave's versions at BASE.
+pub fn fleet_findings(
+    waves: &[(crate::fleet::Wave, Vec<ResourceSummary>)],
+    before: &[HashMap<String, String>],
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for (i, pair) in waves.windows(2).enumerate() {
+        let [(previous, earlier), (wave, later)] = pair else {
+            continue;
+        };
+        for model in later {
+            let Some(prior) = earlier.iter().find(|m| m.resource == model.resource) else {
+                continue;
+            };
+            let (Some(version), Some(asked)) = (&model.version, &prior.version) else {
+                continue;
+            };
+            let moved = before
+                .get(i + 1)
+                .and_then(|b| b.get(&model.resource))
+                .is_none_or(|was| was != version);
+            if version == asked || !moved {
+                continue;
+            }
+            let before = previous;
+            let location = Location {
+                origin: model.location.file.as_str().into(),
+                document: model.location.document.saturating_sub(1),
+                line: model.location.line,
+            };
+            findings.push(
+                Finding::error(
+                    &location,
+                    rules::rule::WAVE_AHEAD,
+                    format!(
+                        "wave {} asks for {version}, and wave {} before it asks for {asked}: a version reaches a wave only after the waves before it; bump {} too (one commit may bump every wave, and Flux applies it wave by wave) or keep {} on {asked}",
+                        wave.name, before.name, before.path, wave.path
+                    ),
+                )
+                .resource(model.resource.clone())
+                .field("spec.version")
+                .fix(format!("version: {asked}"))
+                .edit(crate::source::edit::Edit {
+                    document: location.document,
+                    path: vec!["spec".into(), "version".into()],
+                    action: crate::source::edit::Action::Set(asked.clone()),
+                }),
+            );
+        }
+    }
+    findings
+}
+
+/// [`verify`] of one cluster's files.
+fn verify_one(options: &Options) -> Result<Report, UsageError> {
     let filter = PathFilter::new(&options.include, &options.exclude)?;
     let keep = |path: &str| filter.keeps(path);
     let repo = git::open(&options.repo).map_err(|e| UsageError::NotARepository {

@@ -48,6 +48,8 @@ pub mod rule {
     pub const TARGET_CHANGED: &str = "TargetChanged";
     /// The cluster rolled back, and Git still asks for the failed version.
     pub const GIT_BEHIND_ROLLBACK: &str = "GitBehindRollback";
+    /// In a fleet, a wave asks for a version the wave before it does not.
+    pub const WAVE_AHEAD: &str = "WaveAhead";
     /// `spec.qualityGate` names a probe set that is not in the tree, or
     /// one the operator could not read: every new pod would stay unready.
     pub const QUALITY_GATE_PROBES: &str = "QualityGateProbes";
