@@ -1522,3 +1522,59 @@ fn in_a_fleet_each_wave_is_its_own_cluster_and_a_wave_may_lag_but_never_run_ahea
         stderr(&out)
     );
 }
+
+#[test]
+fn after_a_rollback_in_one_wave_fix_sets_every_folder_back_in_step() {
+    let repo = TestRepo::new();
+    commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v3", "v3", "v3"]);
+    // Staging rolled v3 back to v1, and the hospitals never got it; the
+    // next change on main is elsewhere.
+    let mut files = fleet_files(["v3", "v3", "v3"]);
+    files.push(("notes.yaml".to_owned(), "a: 1\n".to_owned()));
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    repo.commit("main", &files);
+    repo.checkout("main");
+    let statuses = tempfile::tempdir().unwrap();
+    let staging = STATUS_LIST
+        .replace("version: v3}", "version: v3}\n")
+        .replace("activeVersion: v2", "activeVersion: v1")
+        .replace("rollbackSpec: {family: pii, tier: Small, version: v2}", "rollbackSpec: {family: pii, tier: Small, version: v1}\n    rollbackRequest: automatic:v1");
+    std::fs::write(statuses.path().join("staging.yaml"), staging).unwrap();
+    let dir = statuses.path().to_str().unwrap();
+
+    let out = verify(&repo, &["--status", dir]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("clusters/staging/svc.yaml:9: document 1: warning[GitBehindRollback]"),
+        "{text}"
+    );
+    for wave in ["hospital-a", "hospital-b"] {
+        assert!(
+            text.contains(&format!("clusters/{wave}/svc.yaml:4: document 1: error[WaveBehindRollback]: team/svc: spec.version: wave {wave} asks for v3, which rolled back in wave staging (the cluster restored v1)")),
+            "{text}"
+        );
+    }
+
+    // One --fix sets every folder back; then nothing is left to say.
+    let out = verify(&repo, &["--status", dir, "--fix"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    for wave in ["staging", "hospital-a", "hospital-b"] {
+        let text =
+            std::fs::read_to_string(repo.path().join(format!("clusters/{wave}/svc.yaml"))).unwrap();
+        assert!(text.contains("version: v1"), "{wave}: {text}");
+    }
+    // A status file that is not a directory is refused in a fleet.
+    let file = statuses.path().join("staging.yaml");
+    let out = verify(&repo, &["--status", file.to_str().unwrap()]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("one file per wave"),
+        "{}",
+        stderr(&out)
+    );
+}

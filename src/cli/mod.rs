@@ -122,7 +122,8 @@ input or malformed YAML.")]
     ///   8. in a fleet (openmed-fleet.yaml at the root), each wave's folder
     ///      as its own cluster (--status DIR with DIR/<wave>.yaml), and no
     ///      wave moved to a version the wave before it does not ask for
-    ///      (WaveAhead).
+    ///      (WaveAhead), nor left on one that rolled back in an earlier
+    ///      wave (WaveBehindRollback).
     ///
     /// BASE defaults to the merge base of REV with the default branch
     /// (origin/HEAD, main or master), else REV's first parent. See

@@ -212,11 +212,18 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
     };
     let mut merged: Option<Report> = None;
     let mut by_wave = Vec::new();
+    let mut clusters = Vec::new();
     for wave in waves {
         let status = statuses
             .as_ref()
             .map(|dir| dir.join(format!("{}.yaml", wave.name)))
             .filter(|file| file.is_file());
+        clusters.push(
+            status
+                .as_deref()
+                .map(|file| status::read(file, &options.namespace))
+                .transpose()?,
+        );
         let scoped = Options {
             include: vec![format!("{}/**", wave.path)],
             status,
@@ -241,6 +248,9 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
     let mut report = merged.expect("a fleet has at least one wave");
     let before = fleet_base_versions(options, waves)?;
     report.findings.extend(fleet_findings(&by_wave, &before));
+    report
+        .findings
+        .extend(fleet_rollback_findings(&by_wave, &clusters));
     sort(&mut report.findings);
     Ok(report)
 }
@@ -347,6 +357,77 @@ pub fn fleet_findings(
                     action: crate::source::edit::Action::Set(asked.clone()),
                 }),
             );
+        }
+    }
+    findings
+}
+
+/// After an automatic rollback in one wave (its `--status`), every later
+/// wave whose folder still asks for the version that failed: once the
+/// rolled-back wave's folder is set back (`GitBehindRollback`) and that
+/// wave is Ready again, Flux would apply the failed version to the next.
+/// The fix is the version the cluster restored, so one `verify --fix`
+/// brings every folder back in step.
+pub fn fleet_rollback_findings(
+    waves: &[(crate::fleet::Wave, Vec<ResourceSummary>)],
+    clusters: &[Option<rules::ClusterStatus>],
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    for (i, cluster) in clusters.iter().enumerate() {
+        let Some(cluster) = cluster else {
+            continue;
+        };
+        let (failed_wave, _) = &waves[i];
+        for (key, status) in cluster {
+            let automatic = status
+                .rollback_request
+                .as_deref()
+                .is_some_and(|r| r.starts_with("automatic:"));
+            if status.phase != Some(crate::api::Phase::RolledBack) || !automatic {
+                continue;
+            }
+            let (Some(failed), Some(restored)) = (
+                status.desired_version.as_deref(),
+                status
+                    .rollback_spec
+                    .as_ref()
+                    .or(status.last_successful_spec.as_ref())
+                    .map(|s| s.version.as_str())
+                    .or(status.active_version.as_deref()),
+            ) else {
+                continue;
+            };
+            let resource = format!("{}/{}", key.namespace, key.name);
+            for (wave, models) in &waves[i + 1..] {
+                for model in models {
+                    if model.resource != resource || model.version.as_deref() != Some(failed) {
+                        continue;
+                    }
+                    let location = Location {
+                        origin: model.location.file.as_str().into(),
+                        document: model.location.document.saturating_sub(1),
+                        line: model.location.line,
+                    };
+                    findings.push(
+                        Finding::error(
+                            &location,
+                            rules::rule::WAVE_BEHIND_ROLLBACK,
+                            format!(
+                                "wave {} asks for {failed}, which rolled back in wave {} (the cluster restored {restored}): once {} is set back and that wave is Ready, Flux would apply {failed} here; set it back too",
+                                wave.name, failed_wave.name, failed_wave.path
+                            ),
+                        )
+                        .resource(resource.clone())
+                        .field("spec.version")
+                        .fix(format!("version: {restored}"))
+                        .edit(crate::source::edit::Edit {
+                            document: location.document,
+                            path: vec!["spec".into(), "version".into()],
+                            action: crate::source::edit::Action::Set(restored.to_owned()),
+                        }),
+                    );
+                }
+            }
         }
     }
     findings

@@ -50,6 +50,9 @@ pub mod rule {
     pub const GIT_BEHIND_ROLLBACK: &str = "GitBehindRollback";
     /// In a fleet, a wave asks for a version the wave before it does not.
     pub const WAVE_AHEAD: &str = "WaveAhead";
+    /// In a fleet, a later wave asks for a version that rolled back in an
+    /// earlier wave (its `--status`).
+    pub const WAVE_BEHIND_ROLLBACK: &str = "WaveBehindRollback";
     /// `spec.qualityGate` names a probe set that is not in the tree, or
     /// one the operator could not read: every new pod would stay unready.
     pub const QUALITY_GATE_PROBES: &str = "QualityGateProbes";
