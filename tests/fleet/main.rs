@@ -427,8 +427,9 @@ fn one_commit_rolls_staging_then_each_hospital_once_the_wave_before_soaked(fleet
 }
 
 /// A version that never warms rolls back in staging; Flux judges the
-/// wave failed, and neither hospital is applied at that commit. Git put
-/// back on the running version in every folder rolls nothing anywhere.
+/// wave failed, and neither hospital is applied at that commit.
+/// `verify --status DIR --fix` then sets every folder back to the version
+/// staging restored, and that commit rolls nothing anywhere.
 fn a_version_that_fails_in_staging_never_reaches_a_hospital(fleet: &Fleet) {
     block_on(async {
         let repo = Repo::clone(fleet);
@@ -473,10 +474,51 @@ fn a_version_that_fails_in_staging_never_reaches_a_hospital(fleet: &Fleet) {
         let after = fleet.templates().await;
         assert_eq!(after[1..], before[1..], "a hospital's pods changed");
 
-        // Git back on the running version in every folder: the edit a
-        // fleet-aware `verify --status` is to give (issue 39 item 3).
-        repo.set_everywhere(&[("version", &running)]);
-        let fixed = repo.push("the fleet back on the running version");
+        // `verify --status DIR --fix` with each cluster's models sets every
+        // folder back: staging's (GitBehindRollback) and the hospitals'
+        // (WaveBehindRollback), to the version staging restored.
+        let statuses = tempfile::tempdir().unwrap();
+        for wave in WAVES {
+            let api: Api<OpenMedModel> = Api::namespaced(fleet.client(wave).await, "openmed");
+            let models = api.list(&Default::default()).await.unwrap().items;
+            let docs: Vec<String> = models
+                .iter()
+                .map(|m| serde_yaml::to_string(m).unwrap())
+                .collect();
+            std::fs::write(
+                statuses.path().join(format!("{wave}.yaml")),
+                docs.join("---\n"),
+            )
+            .unwrap();
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_openmed-op"))
+            .args(["verify", "--status"])
+            .arg(statuses.path())
+            .arg("--fix")
+            .current_dir(repo.path())
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "verify --fix: {said}");
+        for wave in WAVES {
+            let text = std::fs::read_to_string(
+                repo.path()
+                    .join("clusters")
+                    .join(wave)
+                    .join("openmedmodel.yaml"),
+            )
+            .unwrap();
+            assert!(
+                text.contains(&format!("version: {running}")),
+                "{wave} set back by verify --fix: {said}"
+            );
+        }
+        eprintln!("fleet::failed: verify --fix said: {said}");
+        let fixed = repo.push("the fleet back in step (openmed-op verify --status DIR --fix)");
         for wave in WAVES {
             wait_until(
                 &format!("wave {wave} Ready at the fix"),
