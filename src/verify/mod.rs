@@ -20,6 +20,7 @@ pub mod history;
 pub mod output;
 pub mod rules;
 pub mod status;
+pub mod waves;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -160,7 +161,7 @@ struct Parsed {
 /// A repository whose REV holds `openmed-fleet.yaml` at its root is a
 /// fleet (docs/fleet.md): each wave's folder is judged as its own cluster,
 /// with `--status DIR/<wave>.yaml` when given, and then the waves against
-/// each other ([`fleet_findings`]). `--include` judges only what it names,
+/// each other ([`waves`]). `--include` judges only what it names,
 /// as for any repository.
 pub fn verify(options: &Options) -> Result<Report, UsageError> {
     match fleet_waves(options)? {
@@ -173,10 +174,7 @@ pub fn verify(options: &Options) -> Result<Report, UsageError> {
 /// `--worktree`), if there is one.
 fn fleet_waves(options: &Options) -> Result<Option<Vec<crate::fleet::Wave>>, UsageError> {
     use crate::fleet::FILE_NAME;
-    let repo = git::open(&options.repo).map_err(|e| UsageError::NotARepository {
-        path: options.repo.display().to_string(),
-        message: e.message().to_owned(),
-    })?;
+    let repo = open_repo(options)?;
     let text = if options.worktree {
         let Some(root) = repo.workdir() else {
             return Ok(None);
@@ -247,10 +245,10 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
     }
     let mut report = merged.expect("a fleet has at least one wave");
     let before = fleet_base_versions(options, waves)?;
-    report.findings.extend(fleet_findings(&by_wave, &before));
+    report.findings.extend(waves::ahead(&by_wave, &before));
     report
         .findings
-        .extend(fleet_rollback_findings(&by_wave, &clusters));
+        .extend(waves::behind_rollback(&by_wave, &clusters));
     sort(&mut report.findings);
     Ok(report)
 }
@@ -261,10 +259,7 @@ fn fleet_base_versions(
     options: &Options,
     waves: &[crate::fleet::Wave],
 ) -> Result<Vec<HashMap<String, String>>, UsageError> {
-    let repo = git::open(&options.repo).map_err(|e| UsageError::NotARepository {
-        path: options.repo.display().to_string(),
-        message: e.message().to_owned(),
-    })?;
+    let repo = open_repo(options)?;
     let choice = match (&options.base, options.worktree) {
         (Some(spec), _) => BaseChoice::Given(resolve(&repo, "--base", spec)?),
         (None, true) => git::worktree_base(&repo),
@@ -303,144 +298,11 @@ fn fleet_base_versions(
     Ok(all)
 }
 
-/// The waves against each other. A change that moves a wave's model (or
-/// adds it) to a version the wave before it does not ask for runs that
-/// wave ahead: a version reaches a wave only after the waves before it,
-/// and Flux applies one commit that bumps them all wave by wave. A wave
-/// that stays where it was while the one before moves on lags, which is
-/// how every bump begins. The fix takes the version of the wave before.
-/// `before` holds each wave's versions at BASE.
-pub fn fleet_findings(
-    waves: &[(crate::fleet::Wave, Vec<ResourceSummary>)],
-    before: &[HashMap<String, String>],
-) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    for (i, pair) in waves.windows(2).enumerate() {
-        let [(previous, earlier), (wave, later)] = pair else {
-            continue;
-        };
-        for model in later {
-            let Some(prior) = earlier.iter().find(|m| m.resource == model.resource) else {
-                continue;
-            };
-            let (Some(version), Some(asked)) = (&model.version, &prior.version) else {
-                continue;
-            };
-            let moved = before
-                .get(i + 1)
-                .and_then(|b| b.get(&model.resource))
-                .is_none_or(|was| was != version);
-            if version == asked || !moved {
-                continue;
-            }
-            let before = previous;
-            let location = Location {
-                origin: model.location.file.as_str().into(),
-                document: model.location.document.saturating_sub(1),
-                line: model.location.line,
-            };
-            findings.push(
-                Finding::error(
-                    &location,
-                    rules::rule::WAVE_AHEAD,
-                    format!(
-                        "wave {} asks for {version}, and wave {} before it asks for {asked}: a version reaches a wave only after the waves before it; bump {} too (one commit may bump every wave, and Flux applies it wave by wave) or keep {} on {asked}",
-                        wave.name, before.name, before.path, wave.path
-                    ),
-                )
-                .resource(model.resource.clone())
-                .field("spec.version")
-                .fix(format!("version: {asked}"))
-                .edit(crate::source::edit::Edit {
-                    document: location.document,
-                    path: vec!["spec".into(), "version".into()],
-                    action: crate::source::edit::Action::Set(asked.clone()),
-                }),
-            );
-        }
-    }
-    findings
-}
-
-/// After an automatic rollback in one wave (its `--status`), every later
-/// wave whose folder still asks for the version that failed: once the
-/// rolled-back wave's folder is set back (`GitBehindRollback`) and that
-/// wave is Ready again, Flux would apply the failed version to the next.
-/// The fix is the version the cluster restored, so one `verify --fix`
-/// brings every folder back in step.
-pub fn fleet_rollback_findings(
-    waves: &[(crate::fleet::Wave, Vec<ResourceSummary>)],
-    clusters: &[Option<rules::ClusterStatus>],
-) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    for (i, cluster) in clusters.iter().enumerate() {
-        let Some(cluster) = cluster else {
-            continue;
-        };
-        let (failed_wave, _) = &waves[i];
-        for (key, status) in cluster {
-            let automatic = status
-                .rollback_request
-                .as_deref()
-                .is_some_and(|r| r.starts_with("automatic:"));
-            if status.phase != Some(crate::api::Phase::RolledBack) || !automatic {
-                continue;
-            }
-            let (Some(failed), Some(restored)) = (
-                status.desired_version.as_deref(),
-                status
-                    .rollback_spec
-                    .as_ref()
-                    .or(status.last_successful_spec.as_ref())
-                    .map(|s| s.version.as_str())
-                    .or(status.active_version.as_deref()),
-            ) else {
-                continue;
-            };
-            let resource = format!("{}/{}", key.namespace, key.name);
-            for (wave, models) in &waves[i + 1..] {
-                for model in models {
-                    if model.resource != resource || model.version.as_deref() != Some(failed) {
-                        continue;
-                    }
-                    let location = Location {
-                        origin: model.location.file.as_str().into(),
-                        document: model.location.document.saturating_sub(1),
-                        line: model.location.line,
-                    };
-                    findings.push(
-                        Finding::error(
-                            &location,
-                            rules::rule::WAVE_BEHIND_ROLLBACK,
-                            format!(
-                                "wave {} asks for {failed}, which rolled back in wave {} (the cluster restored {restored}): once {} is set back and that wave is Ready, Flux would apply {failed} here; set it back too",
-                                wave.name, failed_wave.name, failed_wave.path
-                            ),
-                        )
-                        .resource(resource.clone())
-                        .field("spec.version")
-                        .fix(format!("version: {restored}"))
-                        .edit(crate::source::edit::Edit {
-                            document: location.document,
-                            path: vec!["spec".into(), "version".into()],
-                            action: crate::source::edit::Action::Set(restored.to_owned()),
-                        }),
-                    );
-                }
-            }
-        }
-    }
-    findings
-}
-
 /// [`verify`] of one cluster's files.
 fn verify_one(options: &Options) -> Result<Report, UsageError> {
     let filter = PathFilter::new(&options.include, &options.exclude)?;
     let keep = |path: &str| filter.keeps(path);
-    let repo = git::open(&options.repo).map_err(|e| UsageError::NotARepository {
-        path: options.repo.display().to_string(),
-        message: e.message().to_owned(),
-    })?;
+    let repo = open_repo(options)?;
     let cluster = options
         .status
         .as_deref()
@@ -571,6 +433,14 @@ fn verify_one(options: &Options) -> Result<Report, UsageError> {
         resources: outcome.resources,
         history_commits,
         notes,
+    })
+}
+
+/// The repository `--repo` is in.
+fn open_repo(options: &Options) -> Result<Repository, UsageError> {
+    git::open(&options.repo).map_err(|e| UsageError::NotARepository {
+        path: options.repo.display().to_string(),
+        message: e.message().to_owned(),
     })
 }
 
