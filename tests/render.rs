@@ -1279,3 +1279,50 @@ fn a_fleet_file_in_error_is_refused_with_its_line_and_a_bad_wave_writes_nothing(
     let out = openmed_op(&["render", dir.path().to_str().unwrap()], None);
     refused(&out, 1, "clusters/hospital-a/model.yaml");
 }
+
+#[test]
+fn a_wave_of_several_clusters_renders_each_cluster_under_its_wave() {
+    let fleet = "apiVersion: openmed.ai/v1alpha1\nkind: OpenMedFleet\nwaves:\n  - name: staging\n    path: clusters/staging\n  - name: hospitals\n    clusters:\n      - name: hospital-a\n        path: clusters/hospital-a\n      - name: hospital-b\n        path: clusters/hospital-b\n";
+    let dir = temp_dir(&[
+        ("openmed-fleet.yaml", fleet),
+        ("clusters/staging/model.yaml", MODEL),
+        ("clusters/hospital-a/model.yaml", MODEL),
+        ("clusters/hospital-b/model.yaml", MODEL),
+    ]);
+    let path = dir.path().to_str().unwrap();
+    let out = openmed_op(&["render", "--summary", path], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let headings: Vec<&str> = text.lines().filter(|l| l.starts_with("# wave ")).collect();
+    assert_eq!(
+        headings,
+        [
+            "# wave 1 of 2: staging (clusters/staging)",
+            "# wave 2 of 2: hospitals: cluster hospital-a (clusters/hospital-a)",
+            "# wave 2 of 2: hospitals: cluster hospital-b (clusters/hospital-b)",
+        ]
+    );
+    let out = openmed_op(&["render", "-o", "json", path], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let all: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let order: Vec<(&str, &str, &str)> = all["waves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["wave"].as_str().unwrap(),
+                w["cluster"].as_str().unwrap(),
+                w["path"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("staging", "staging", "clusters/staging"),
+            ("hospitals", "hospital-a", "clusters/hospital-a"),
+            ("hospitals", "hospital-b", "clusters/hospital-b"),
+        ]
+    );
+}

@@ -1555,7 +1555,7 @@ fn after_a_rollback_in_one_wave_fix_sets_every_folder_back_in_step() {
     );
     for wave in ["hospital-a", "hospital-b"] {
         assert!(
-            text.contains(&format!("clusters/{wave}/svc.yaml:4: document 1: error[WaveBehindRollback]: team/svc: spec.version: wave {wave} asks for v3, which rolled back in wave staging (the cluster restored v1)")),
+            text.contains(&format!("clusters/{wave}/svc.yaml:9: document 1: error[WaveBehindRollback]: team/svc: spec.version: wave {wave} asks for v3, which rolled back in wave staging (the cluster restored v1)")),
             "{text}"
         );
     }
@@ -1576,5 +1576,191 @@ fn after_a_rollback_in_one_wave_fix_sets_every_folder_back_in_step() {
         stderr(&out).contains("one file per wave"),
         "{}",
         stderr(&out)
+    );
+}
+
+/// A status of `svc` in one cluster: `desired` asked for, `active` served,
+/// and a soak of `desired` that is over when `soaked`.
+fn soak_status(desired: &str, active: &str, soaked: bool) -> String {
+    let (condition, soaked_time) = if soaked {
+        (
+            format!(
+                "{{type: Soaked, status: \"True\", reason: Soaked, message: {desired} soaked for 600 s, lastTransitionTime: \"2026-12-06T07:00:00Z\"}}"
+            ),
+            "\n      soakedTime: \"2026-12-06T07:00:00Z\"",
+        )
+    } else {
+        (
+            "{type: Soaked, status: \"False\", reason: Soaking, message: soaking, lastTransitionTime: \"2026-12-06T06:50:00Z\"}".to_owned(),
+            "",
+        )
+    };
+    let soak = if desired == active {
+        format!(
+            "\n    soak:\n      version: {desired}\n      specHash: abc\n      startTime: \"2026-12-06T06:50:00Z\"\n      endTime: \"2026-12-06T07:00:00Z\"{soaked_time}"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: openmed.ai/v1alpha1\n  kind: OpenMedModel\n  metadata: {{name: svc, namespace: team}}\n  spec: {{family: pii, tier: Small, version: {desired}}}\n  status:\n    phase: Ready\n    desiredVersion: {desired}\n    activeVersion: {active}\n    conditions:\n    - {condition}{soak}\n"
+    )
+}
+
+#[test]
+fn a_wave_promoted_on_its_own_moves_only_to_a_version_the_wave_before_has_soaked() {
+    // Staging took v2 in an earlier change; this one promotes hospital A.
+    let repo = TestRepo::new();
+    commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v2", "v1"]);
+    repo.checkout("main");
+    let statuses = tempfile::tempdir().unwrap();
+    let dir = statuses.path().to_str().unwrap();
+    let staging = statuses.path().join("staging.yaml");
+
+    // Without staging's status nothing says whether it soaked.
+    assert_eq!(code(&verify(&repo, &[])), 0);
+
+    // Still soaking, not yet rolled, or failed: refused, with the fix that
+    // keeps hospital A where it was.
+    for (status, why) in [
+        (
+            soak_status("v2", "v2", false),
+            "v2 soaks until 2026-12-06T07:00:00Z",
+        ),
+        (
+            soak_status("v1", "v1", true),
+            "it runs v1 and has not taken v2 yet",
+        ),
+        (
+            soak_status("v2", "v2", true)
+                .replace("phase: Ready", "phase: Failed")
+                .replace("status: \"True\"", "status: \"False\""),
+            "v2 failed there and it runs v2",
+        ),
+    ] {
+        std::fs::write(&staging, status).unwrap();
+        let out = verify(&repo, &["--status", dir, "--format", "json"]);
+        assert_eq!(code(&out), 1, "{why}: {}{}", stdout(&out), stderr(&out));
+        let report = json(&out);
+        let findings = report["findings"].as_array().unwrap();
+        assert_eq!(findings.len(), 1, "{why}: {findings:#?}");
+        let f = &findings[0];
+        assert_eq!(f["rule"], "WaveNotSoaked");
+        assert_eq!(f["file"], "clusters/hospital-a/svc.yaml");
+        assert_eq!(f["line"], 9);
+        assert_eq!(f["suggestedFix"], "version: v1");
+        let message = f["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("wave hospital-a moves to v2, which wave staging before it has not soaked: its status says {why}; ")),
+            "{message}"
+        );
+    }
+
+    // Soaked at v2: the promotion passes.
+    std::fs::write(&staging, soak_status("v2", "v2", true)).unwrap();
+    let out = verify(&repo, &["--status", dir]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+
+    // One commit that bumps every wave passes whatever staging runs: Flux
+    // applies it wave by wave, each after the one before has soaked.
+    let together = TestRepo::new();
+    commit_fleet(&together, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&together, "main", ["v2", "v2", "v2"]);
+    together.checkout("main");
+    std::fs::write(&staging, soak_status("v1", "v1", true)).unwrap();
+    let out = verify(&together, &["--status", dir]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+
+    // The promotion edited on disk, not yet committed: --fix keeps
+    // hospital A on v1 while staging soaks.
+    let edited = TestRepo::new();
+    commit_fleet(&edited, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&edited, "main", ["v2", "v1", "v1"]);
+    edited.checkout("main");
+    let file = edited.path().join("clusters/hospital-a/svc.yaml");
+    std::fs::write(&file, model("svc", "v2")).unwrap();
+    std::fs::write(&staging, soak_status("v2", "v2", false)).unwrap();
+    let out = verify(&edited, &["--worktree", "--status", dir]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("clusters/hospital-a/svc.yaml:9: document 1: error[WaveNotSoaked]"),
+        "{}",
+        stdout(&out)
+    );
+    let out = verify(&edited, &["--status", dir, "--fix"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("version: v1"), "{text}");
+}
+
+/// Staging, then one wave of two hospitals applied together.
+fn two_hospital_fleet(repo: &TestRepo, versions: [&str; 3]) {
+    let fleet = "apiVersion: openmed.ai/v1alpha1\nkind: OpenMedFleet\nwaves:\n  - name: staging\n    path: clusters/staging\n  - name: hospitals\n    clusters:\n      - name: hospital-a\n        path: clusters/hospital-a\n      - name: hospital-b\n        path: clusters/hospital-b\n";
+    let files: Vec<(String, String)> = ["staging", "hospital-a", "hospital-b"]
+        .iter()
+        .zip(versions)
+        .map(|(c, v)| (format!("clusters/{c}/svc.yaml"), model("svc", v)))
+        .collect();
+    let mut all = vec![("openmed-fleet.yaml", fleet)];
+    all.extend(files.iter().map(|(p, t)| (p.as_str(), t.as_str())));
+    repo.commit("main", &all);
+}
+
+#[test]
+fn the_clusters_of_one_wave_ask_for_the_same_version() {
+    // Both hospitals with staging: passes; a wave of two may lag together.
+    for versions in [["v2", "v2", "v2"], ["v2", "v1", "v1"]] {
+        let repo = TestRepo::new();
+        two_hospital_fleet(&repo, ["v1", "v1", "v1"]);
+        two_hospital_fleet(&repo, versions);
+        let out = verify(&repo, &[]);
+        assert_eq!(
+            code(&out),
+            0,
+            "{versions:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+
+    // Hospital A alone: the wave disagrees, and the fix is hospital B's.
+    let repo = TestRepo::new();
+    two_hospital_fleet(&repo, ["v1", "v1", "v1"]);
+    two_hospital_fleet(&repo, ["v2", "v2", "v1"]);
+    let out = verify(&repo, &["--format", "json"]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    let report = json(&out);
+    let findings = report["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    let f = &findings[0];
+    assert_eq!(f["rule"], "WaveDisagrees");
+    assert_eq!(f["file"], "clusters/hospital-a/svc.yaml");
+    assert_eq!(f["suggestedFix"], "version: v1");
+    assert!(
+        f["message"].as_str().unwrap().starts_with("wave hospitals (cluster hospital-a) asks for v2, and cluster hospital-b of the same wave asks for v1"),
+        "{f}"
+    );
+
+    // Both hospitals ahead of staging: each is ahead, once.
+    let repo = TestRepo::new();
+    two_hospital_fleet(&repo, ["v1", "v1", "v1"]);
+    two_hospital_fleet(&repo, ["v1", "v2", "v3"]);
+    let out = verify(&repo, &["--format", "json"]);
+    let report = json(&out);
+    let rules: Vec<(&str, &str)> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["file"].as_str().unwrap(), f["rule"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("clusters/hospital-a/svc.yaml", "WaveAhead"),
+            ("clusters/hospital-b/svc.yaml", "WaveAhead")
+        ],
+        "{report:#}"
     );
 }

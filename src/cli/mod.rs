@@ -119,11 +119,13 @@ input or malformed YAML.")]
     ///      (NotAServiceModelId), a new targetRef (TargetChanged);
     ///   7. with --status, after an automatic rollback, the one-line change
     ///      that makes Git agree with the cluster (GitBehindRollback);
-    ///   8. in a fleet (openmed-fleet.yaml at the root), each wave's folder
-    ///      as its own cluster (--status DIR with DIR/<wave>.yaml), and no
-    ///      wave moved to a version the wave before it does not ask for
-    ///      (WaveAhead), nor left on one that rolled back in an earlier
-    ///      wave (WaveBehindRollback).
+    ///   8. in a fleet (openmed-fleet.yaml at the root), each cluster's
+    ///      folder as its own cluster (--status DIR with DIR/<cluster>.yaml),
+    ///      and no wave moved to a version the wave before does not ask for
+    ///      (WaveAhead) or, promoted on its own, has not soaked (its status:
+    ///      WaveNotSoaked); the clusters of one wave ask for the same
+    ///      version (WaveDisagrees); none is left on a version that rolled
+    ///      back in an earlier wave (WaveBehindRollback).
     ///
     /// BASE defaults to the merge base of REV with the default branch
     /// (origin/HEAD, main or master), else REV's first parent. See
@@ -963,20 +965,20 @@ fn render_fleet(args: &RenderArgs, dir: &std::path::Path) -> u8 {
         }
     };
     let mut inputs = Vec::new();
-    for wave in &waves {
-        match source::read_inputs(&[dir.join(&wave.path)]) {
+    for (_, wave, cluster) in fleet::clusters(&waves) {
+        match source::read_inputs(&[dir.join(&cluster.path)]) {
             Ok(docs) => inputs.push(docs),
             Err(e) => {
-                eprintln!("openmed-op: wave {}: {e}", wave.name);
+                eprintln!("openmed-op: wave {}: {e}", wave.label(cluster));
                 return EXIT_USAGE;
             }
         }
     }
     let mut rendered = Vec::new();
     let mut findings = Vec::new();
-    for (wave, docs) in waves.iter().zip(&inputs) {
+    for ((i, wave, cluster), docs) in fleet::clusters(&waves).zip(&inputs) {
         match render::render(docs, &args.namespace, render::MissingTarget::Patch) {
-            Ok(r) => rendered.push((wave, r)),
+            Ok(r) => rendered.push((i, wave, cluster, r)),
             Err(problems) => findings.extend(problems),
         }
     }
@@ -985,31 +987,26 @@ fn render_fleet(args: &RenderArgs, dir: &std::path::Path) -> u8 {
         return EXIT_FINDINGS;
     }
     let count = waves.len();
-    let heading = |i: usize, wave: &fleet::Wave| {
-        format!(
-            "# wave {} of {count}: {} ({})\n",
-            i + 1,
-            wave.name,
-            wave.path
-        )
+    let heading = |i: usize, wave: &fleet::Wave, cluster: &fleet::Cluster| {
+        format!("# wave {} of {count}: {}\n", i + 1, wave.label(cluster))
     };
     let written = if args.summary {
         let mut out = String::new();
-        for (i, (wave, r)) in rendered.iter().enumerate() {
-            out.push_str(&heading(i, wave));
+        for (i, wave, cluster, r) in &rendered {
+            out.push_str(&heading(*i, wave, cluster));
             out.push_str(&render::summary_table(&r.rows));
         }
         print(&out)
     } else if args.canary || matches!(args.output, Format::Json) {
         let waves: Vec<serde_json::Value> = rendered
             .iter()
-            .map(|(wave, r)| {
+            .map(|(_, wave, cluster, r)| {
                 let body = if args.canary {
                     serde_json::to_value(&r.canaries).expect("reports serialize")
                 } else {
                     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": r.documents().collect::<Vec<_>>()})
                 };
-                serde_json::json!({"wave": wave.name, "path": wave.path, "rendered": body})
+                serde_json::json!({"wave": wave.name, "cluster": cluster.name, "path": cluster.path, "rendered": body})
             })
             .collect();
         let all = serde_json::json!({ "waves": waves });
@@ -1019,11 +1016,11 @@ fn render_fleet(args: &RenderArgs, dir: &std::path::Path) -> u8 {
         })
     } else {
         write_stream(|out| {
-            for (i, (wave, r)) in rendered.iter().enumerate() {
-                if i > 0 {
+            for (n, (i, wave, cluster, r)) in rendered.iter().enumerate() {
+                if n > 0 {
                     out.write_all(b"---\n")?;
                 }
-                out.write_all(heading(i, wave).as_bytes())?;
+                out.write_all(heading(*i, wave, cluster).as_bytes())?;
                 render::write_yaml(out, r.documents())?;
             }
             Ok(())

@@ -10,14 +10,46 @@ pub const FILE_NAME: &str = "openmed-fleet.yaml";
 /// Its `kind`.
 pub const KIND: &str = "OpenMedFleet";
 
-/// One wave: a cluster and the folder of the repository it applies.
+/// One wave: the clusters Flux applies together, after every cluster of
+/// the wave before has soaked. Most waves are one cluster (`path:`); a
+/// wave of several (`clusters:`) runs them side by side, so they must ask
+/// for the same versions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wave {
+    /// The wave's name; a one-cluster wave's cluster has the same name.
+    pub name: String,
+    /// Its clusters, in the file's order: at least one.
+    pub clusters: Vec<Cluster>,
+}
+
+/// One cluster of a wave and the folder of the repository it applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
     /// The cluster's name, as the management cluster's Kustomization
-    /// names it.
+    /// names it (and `verify --status DIR` reads `DIR/<name>.yaml`).
     pub name: String,
     /// The folder, relative to the repository's root.
     pub path: String,
+}
+
+impl Wave {
+    /// `hospital-a (clusters/hospital-a)`, or for a wave of several
+    /// clusters `hospitals: cluster hospital-a (clusters/hospital-a)`.
+    pub fn label(&self, cluster: &Cluster) -> String {
+        if self.clusters.len() == 1 && cluster.name == self.name {
+            format!("{} ({})", cluster.name, cluster.path)
+        } else {
+            format!("{}: cluster {} ({})", self.name, cluster.name, cluster.path)
+        }
+    }
+}
+
+/// Every cluster of the fleet in order, with the index of its wave.
+pub fn clusters(waves: &[Wave]) -> impl Iterator<Item = (usize, &Wave, &Cluster)> {
+    waves
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| w.clusters.iter().map(move |c| (i, w, c)))
 }
 
 /// What is wrong with a fleet file: where, and why.
@@ -85,72 +117,146 @@ pub fn parse(file: &str, text: &str) -> Result<Vec<Wave>, FleetError> {
         return Err(error("waves", "a list of at least one wave".into()));
     };
     let mut waves: Vec<Wave> = Vec::new();
+    // Every name (waves' and clusters') and every path seen so far.
+    let mut names: Vec<String> = Vec::new();
+    let mut paths: Vec<(String, String)> = Vec::new();
     for (i, item) in raw.iter().enumerate() {
         let at = format!("waves[{i}]");
-        let Some(item) = item.as_object() else {
-            return Err(error(&at, "a mapping with name and path".into()));
-        };
-        if let Some(key) = item.keys().find(|k| *k != "name" && *k != "path") {
+        let Some(fields) = item.as_object() else {
             return Err(error(
-                &format!("{at}.{key}"),
-                "unknown field (name and path are known)".into(),
-            ));
-        }
-        let field = |key: &str| item.get(key).and_then(|v| v.as_str()).map(str::to_owned);
-        let Some(name) = field("name") else {
-            return Err(error(
-                &format!("{at}.name"),
-                "required: the cluster's name".into(),
+                &at,
+                "a mapping with name and path (or clusters)".into(),
             ));
         };
-        if !crate::api::rules::is_dns_label(&name) {
-            return Err(error(
-                &format!("{at}.name"),
-                format!("{name:?} is not a DNS label (a cluster's name)"),
-            ));
-        }
-        if waves.iter().any(|w| w.name == name) {
-            return Err(error(
-                &format!("{at}.name"),
-                format!("{name} is named twice"),
-            ));
-        }
-        let Some(given) = field("path") else {
-            return Err(error(
-                &format!("{at}.path"),
-                "required: the cluster's folder".into(),
-            ));
-        };
-        let path = given
-            .trim_end_matches('/')
-            .trim_start_matches("./")
-            .to_owned();
-        let inside = !path.is_empty()
-            && !path.starts_with('/')
-            && path
-                .split('/')
-                .all(|part| !part.is_empty() && part != "." && part != "..");
-        if !inside {
-            return Err(error(
-                &format!("{at}.path"),
-                format!("{given:?} must be a folder inside the repository, relative to its root"),
-            ));
-        }
-        if let Some(other) = waves
-            .iter()
-            .find(|w| nested(&w.path, &path) || nested(&path, &w.path))
+        if let Some(key) = fields
+            .keys()
+            .find(|k| !["name", "path", "clusters"].contains(&k.as_str()))
         {
             return Err(error(
-                &format!("{at}.path"),
-                format!(
-                    "{path} and wave {}'s {} hold each other: each file belongs to one wave",
-                    other.name, other.path
-                ),
+                &format!("{at}.{key}"),
+                "unknown field (name, path and clusters are known)".into(),
             ));
         }
-        waves.push(Wave { name, path });
+        let name = name_at(item, &at, &mut names, &error)?;
+        let clusters = match (fields.get("path"), fields.get("clusters")) {
+            (Some(_), Some(_)) => {
+                return Err(error(
+                    &format!("{at}.clusters"),
+                    "a wave has either path (one cluster) or clusters, not both".into(),
+                ));
+            }
+            (_, Some(list)) => {
+                let Some(list) = list.as_array().filter(|l| !l.is_empty()) else {
+                    return Err(error(
+                        &format!("{at}.clusters"),
+                        "a list of at least one cluster, each with name and path".into(),
+                    ));
+                };
+                let mut clusters = Vec::new();
+                for (j, cluster) in list.iter().enumerate() {
+                    let at = format!("{at}.clusters[{j}]");
+                    let Some(fields) = cluster.as_object() else {
+                        return Err(error(&at, "a mapping with name and path".into()));
+                    };
+                    if let Some(key) = fields.keys().find(|k| *k != "name" && *k != "path") {
+                        return Err(error(
+                            &format!("{at}.{key}"),
+                            "unknown field (name and path are known)".into(),
+                        ));
+                    }
+                    let name = name_at(cluster, &at, &mut names, &error)?;
+                    let path = path_at(cluster, &at, &mut paths, &name, &error)?;
+                    clusters.push(Cluster { name, path });
+                }
+                clusters
+            }
+            _ => {
+                let path = path_at(item, &at, &mut paths, &name, &error)?;
+                vec![Cluster {
+                    name: name.clone(),
+                    path,
+                }]
+            }
+        };
+        waves.push(Wave { name, clusters });
     }
     Ok(waves)
+}
+
+/// The `name` of the wave or cluster at `at`: a DNS label (a cluster's
+/// name is its Kustomization's and its status file's) no other wave or
+/// cluster has.
+fn name_at(
+    item: &serde_json::Value,
+    at: &str,
+    names: &mut Vec<String>,
+    error: &impl Fn(&str, String) -> FleetError,
+) -> Result<String, FleetError> {
+    let Some(name) = item.get("name").and_then(|v| v.as_str()).map(str::to_owned) else {
+        return Err(error(
+            &format!("{at}.name"),
+            "required: the cluster's name".into(),
+        ));
+    };
+    if !crate::api::rules::is_dns_label(&name) {
+        return Err(error(
+            &format!("{at}.name"),
+            format!("{name:?} is not a DNS label (a cluster's name)"),
+        ));
+    }
+    if names.contains(&name) {
+        return Err(error(
+            &format!("{at}.name"),
+            format!("{name} is named twice"),
+        ));
+    }
+    names.push(name.clone());
+    Ok(name)
+}
+
+/// The `path` of the cluster at `at`, cleaned: a folder inside the
+/// repository that holds no other cluster's folder and is in none.
+fn path_at(
+    item: &serde_json::Value,
+    at: &str,
+    paths: &mut Vec<(String, String)>,
+    cluster: &str,
+    error: &impl Fn(&str, String) -> FleetError,
+) -> Result<String, FleetError> {
+    let Some(given) = item.get("path").and_then(|v| v.as_str()) else {
+        return Err(error(
+            &format!("{at}.path"),
+            "required: the cluster's folder".into(),
+        ));
+    };
+    let path = given
+        .trim_end_matches('/')
+        .trim_start_matches("./")
+        .to_owned();
+    let inside = !path.is_empty()
+        && !path.starts_with('/')
+        && path
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..");
+    if !inside {
+        return Err(error(
+            &format!("{at}.path"),
+            format!("{given:?} must be a folder inside the repository, relative to its root"),
+        ));
+    }
+    if let Some((other, other_path)) = paths
+        .iter()
+        .find(|(_, p)| nested(p, &path) || nested(&path, p))
+    {
+        return Err(error(
+            &format!("{at}.path"),
+            format!(
+                "{path} and cluster {other}'s {other_path} hold each other: each file belongs to one cluster"
+            ),
+        ));
+    }
+    paths.push((cluster.to_owned(), path.clone()));
+    Ok(path)
 }
 
 /// `inner` is `outer` or a folder inside it.
@@ -167,18 +273,67 @@ mod tests {
     #[test]
     fn the_waves_come_in_their_order_with_their_paths_cleaned() {
         let waves = parse(FILE_NAME, GOOD).unwrap();
+        let one = |name: &str, path: &str| Wave {
+            name: name.into(),
+            clusters: vec![Cluster {
+                name: name.into(),
+                path: path.into(),
+            }],
+        };
         assert_eq!(
             waves,
             [
-                Wave {
-                    name: "staging".into(),
-                    path: "clusters/staging".into()
-                },
-                Wave {
-                    name: "hospital-a".into(),
-                    path: "clusters/hospital-a".into()
-                },
+                one("staging", "clusters/staging"),
+                one("hospital-a", "clusters/hospital-a")
             ]
+        );
+        assert_eq!(
+            waves[1].label(&waves[1].clusters[0]),
+            "hospital-a (clusters/hospital-a)"
+        );
+    }
+
+    #[test]
+    fn a_wave_of_several_clusters_lists_each_with_its_folder() {
+        let text = "apiVersion: openmed.ai/v1alpha1\nkind: OpenMedFleet\nwaves:\n  - name: staging\n    path: clusters/staging\n  - name: hospitals\n    clusters:\n      - name: hospital-a\n        path: clusters/hospital-a\n      - name: hospital-b\n        path: clusters/hospital-b/\n";
+        let waves = parse(FILE_NAME, text).unwrap();
+        assert_eq!(waves.len(), 2);
+        assert_eq!(waves[1].name, "hospitals");
+        let all: Vec<(usize, &str, &str)> = clusters(&waves)
+            .map(|(i, _, c)| (i, c.name.as_str(), c.path.as_str()))
+            .collect();
+        assert_eq!(
+            all,
+            [
+                (0, "staging", "clusters/staging"),
+                (1, "hospital-a", "clusters/hospital-a"),
+                (1, "hospital-b", "clusters/hospital-b")
+            ]
+        );
+        assert_eq!(
+            waves[1].label(&waves[1].clusters[1]),
+            "hospitals: cluster hospital-b (clusters/hospital-b)"
+        );
+        let bad = |text: String| parse(FILE_NAME, &text).unwrap_err();
+        let e = bad(text.replace("name: hospital-b", "name: staging"));
+        assert!(e.message.starts_with("waves[1].clusters[1].name: "), "{e}");
+        assert!(e.message.contains("named twice"), "{e}");
+        assert_eq!(e.line, 10, "{e}");
+        let e = bad(text.replace("clusters/hospital-b/", "clusters/staging/b"));
+        assert!(
+            e.message
+                .contains("cluster staging's clusters/staging hold each other"),
+            "{e}"
+        );
+        let e = bad(text.replace("    clusters:\n", "    path: x\n    clusters:\n"));
+        assert!(
+            e.message.contains("either path (one cluster) or clusters"),
+            "{e}"
+        );
+        let e = bad(text.replace("        path: clusters/hospital-a\n", ""));
+        assert!(
+            e.message.starts_with("waves[1].clusters[0].path: required"),
+            "{e}"
         );
     }
 

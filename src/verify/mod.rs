@@ -198,8 +198,8 @@ fn fleet_waves(options: &Options) -> Result<Option<Vec<crate::fleet::Wave>>, Usa
         .map_err(UsageError::Fleet)
 }
 
-/// Each wave's folder judged as its own cluster, then the waves against
-/// each other; one report.
+/// Each cluster's folder judged as its own cluster, then the waves
+/// against each other; one report.
 fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Report, UsageError> {
     let statuses = match &options.status {
         Some(dir) if !dir.is_dir() => {
@@ -209,29 +209,34 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
         None => None,
     };
     let mut merged: Option<Report> = None;
-    let mut by_wave = Vec::new();
-    let mut clusters = Vec::new();
-    for wave in waves {
+    let mut members = Vec::new();
+    let mut before = fleet_base_versions(options, waves)?.into_iter();
+    for (index, wave, cluster) in crate::fleet::clusters(waves) {
         let status = statuses
             .as_ref()
-            .map(|dir| dir.join(format!("{}.yaml", wave.name)))
+            .map(|dir| dir.join(format!("{}.yaml", cluster.name)))
             .filter(|file| file.is_file());
-        clusters.push(
-            status
-                .as_deref()
-                .map(|file| status::read(file, &options.namespace))
-                .transpose()?,
-        );
+        let cluster_status = status
+            .as_deref()
+            .map(|file| status::read(file, &options.namespace))
+            .transpose()?;
         let scoped = Options {
-            include: vec![format!("{}/**", wave.path)],
+            include: vec![format!("{}/**", cluster.path)],
             status,
             ..options.clone()
         };
         let mut report = verify_one(&scoped)?;
         for note in &mut report.notes {
-            *note = format!("wave {}: {note}", wave.name);
+            *note = format!("cluster {}: {note}", cluster.name);
         }
-        by_wave.push((wave.clone(), report.resources.clone()));
+        members.push(waves::Member {
+            index,
+            wave,
+            cluster,
+            models: report.resources.clone(),
+            before: before.next().unwrap_or_default(),
+            status: cluster_status,
+        });
         merged = Some(match merged {
             None => report,
             Some(mut all) => {
@@ -243,18 +248,15 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
             }
         });
     }
-    let mut report = merged.expect("a fleet has at least one wave");
-    let before = fleet_base_versions(options, waves)?;
-    report.findings.extend(waves::ahead(&by_wave, &before));
-    report
-        .findings
-        .extend(waves::behind_rollback(&by_wave, &clusters));
+    let mut report = merged.expect("a fleet has at least one cluster");
+    report.findings.extend(waves::judge(&members));
     sort(&mut report.findings);
     Ok(report)
 }
 
-/// Each wave's models at BASE, `<namespace>/<name>` → `spec.version`: what
-/// a change moved. Empty without a BASE (every model is new).
+/// Each cluster's models at BASE, in the fleet's order, `<namespace>/<name>`
+/// → `spec.version`: what a change moved. Empty without a BASE (every
+/// model is new).
 fn fleet_base_versions(
     options: &Options,
     waves: &[crate::fleet::Wave],
@@ -270,13 +272,13 @@ fn fleet_base_versions(
         }
     };
     let Some(base) = choice.oid() else {
-        return Ok(vec![HashMap::new(); waves.len()]);
+        return Ok(vec![HashMap::new(); crate::fleet::clusters(waves).count()]);
     };
     let tree = repo.find_commit(base)?.tree()?;
     let ns = options.namespace.as_str();
     let mut all = Vec::new();
-    for wave in waves {
-        let prefix = format!("{}/", wave.path);
+    for (_, _, cluster) in crate::fleet::clusters(waves) {
+        let prefix = format!("{}/", cluster.path);
         let keep = |path: &str| path.starts_with(&prefix);
         let mut versions = HashMap::new();
         for (path, oid) in git::files(&repo, &tree, &keep)? {

@@ -53,6 +53,11 @@ pub mod rule {
     /// In a fleet, a later wave asks for a version that rolled back in an
     /// earlier wave (its `--status`).
     pub const WAVE_BEHIND_ROLLBACK: &str = "WaveBehindRollback";
+    /// In a fleet, a wave promoted on its own to a version a cluster of
+    /// the wave before has not soaked (its `--status`).
+    pub const WAVE_NOT_SOAKED: &str = "WaveNotSoaked";
+    /// In a fleet, the clusters of one wave ask for different versions.
+    pub const WAVE_DISAGREES: &str = "WaveDisagrees";
     /// `spec.qualityGate` names a probe set that is not in the tree, or
     /// one the operator could not read: every new pod would stay unready.
     pub const QUALITY_GATE_PROBES: &str = "QualityGateProbes";
@@ -164,6 +169,9 @@ pub struct ResourceSummary {
     /// `openmed.ai/rollback-to` at REV, when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollback_to: Option<String>,
+    /// Where `spec.version` is at REV: the line a finding about it names.
+    #[serde(skip)]
+    pub version_at: LocationJson,
 }
 
 /// What the rules found.
@@ -285,6 +293,7 @@ pub fn check(input: &Input) -> Outcome {
             retained_versions: retained,
             retained_versions_source: source,
             rollback_to: facts.rollback_to.clone(),
+            version_at: (&doc.at("spec.version")).into(),
         });
     }
 
