@@ -10,6 +10,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+#[allow(dead_code)]
+mod support;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -1324,5 +1327,142 @@ fn a_wave_of_several_clusters_renders_each_cluster_under_its_wave() {
             ("hospitals", "hospital-a", "clusters/hospital-a"),
             ("hospitals", "hospital-b", "clusters/hospital-b"),
         ]
+    );
+}
+
+/// The bundled fleet, committed into a fresh repository and checked out.
+fn fleet_repo() -> support::TestRepo {
+    let repo = support::TestRepo::new();
+    let example = root().join("examples/fleet");
+    let mut files = Vec::new();
+    for entry in walkdir::WalkDir::new(&example) {
+        let entry = entry.unwrap();
+        if entry.file_type().is_file() {
+            let path = entry.path().strip_prefix(&example).unwrap();
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            files.push((path.to_str().unwrap().to_owned(), text));
+        }
+    }
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    repo.commit("main", &files);
+    repo.checkout("main");
+    repo
+}
+
+#[test]
+fn with_base_a_fleet_shows_what_the_change_does_wave_by_wave() {
+    let repo = fleet_repo();
+    let staging = repo.path().join("clusters/staging/openmedmodel.yaml");
+    let text = std::fs::read_to_string(&staging).unwrap();
+    std::fs::write(
+        &staging,
+        text.replace("synthetic-pii-v1", "synthetic-pii-v2"),
+    )
+    .unwrap();
+
+    let out = openmed_op(&["render", "--base", "HEAD", repo.path_str()], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0], "# wave 1 of 3: staging (clusters/staging)",
+        "{text}"
+    );
+    assert_eq!(
+        lines[1],
+        "openmed/openmed-service (openmed-service/openmed-service): changed: the pods roll",
+        "{text}"
+    );
+    for field in [
+        "  version                         OpenMed/synthetic-pii-v1 -> OpenMed/synthetic-pii-v2",
+        "  OPENMED_SERVICE_PRELOAD_MODELS  OpenMed/synthetic-pii-v1 -> OpenMed/synthetic-pii-v2",
+        "  pod-template hash               sha256:",
+        "  snapshot ConfigMap              openmed-service-model-manifest-",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(field)),
+            "{field}: {text}"
+        );
+    }
+    // The hospitals lag: they change nothing yet.
+    let rest = &text[text.find("# wave 2 of 3").expect("wave 2")..];
+    assert_eq!(
+        rest,
+        "# wave 2 of 3: hospital-a (clusters/hospital-a)\nopenmed/openmed-service (openmed-service/openmed-service): unchanged\n# wave 3 of 3: hospital-b (clusters/hospital-b)\nopenmed/openmed-service (openmed-service/openmed-service): unchanged\n"
+    );
+
+    // The same, as JSON, from one cluster's folder.
+    let folder = repo.path().join("clusters/staging");
+    let out = openmed_op(
+        &[
+            "render",
+            "--base",
+            "HEAD",
+            "-o",
+            "json",
+            folder.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let change = &report["changes"][0];
+    assert_eq!(change["what"], "changed");
+    assert_eq!(change["rolls"], true);
+    assert_eq!(change["fields"][0]["name"], "version");
+    assert_eq!(change["fields"][0]["after"], "OpenMed/synthetic-pii-v2");
+}
+
+#[test]
+fn with_base_a_new_folder_is_added_and_bad_input_writes_nothing() {
+    let repo = fleet_repo();
+    let added = repo.path().join("clusters/new");
+    std::fs::create_dir_all(&added).unwrap();
+    std::fs::copy(
+        repo.path().join("clusters/staging/openmedmodel.yaml"),
+        added.join("openmedmodel.yaml"),
+    )
+    .unwrap();
+    let out = openmed_op(&["render", "--base", "HEAD", added.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with(
+            "openmed/openmed-service (openmed-service/openmed-service): added: the operator adopts the Deployment"
+        ),
+        "{}",
+        stdout(&out)
+    );
+
+    let path = repo.path_str();
+    for (args, says) in [
+        (
+            vec!["render", "--base", "no-such-rev", path],
+            "--base no-such-rev: unknown revision",
+        ),
+        (vec!["render", "--base", "HEAD", "-"], "not from stdin"),
+        (
+            vec!["render", "--base", "HEAD", "--summary", path],
+            "cannot be used with",
+        ),
+    ] {
+        let out = openmed_op(&args, Some(""));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("m.yaml"), MODEL).unwrap();
+    let out = openmed_op(
+        &["render", "--base", "HEAD", outside.path().to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not in a Git repository"),
+        "{}",
+        stderr(&out)
     );
 }

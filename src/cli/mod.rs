@@ -90,6 +90,7 @@ Examples:
   openmed-op render --summary examples/openmed/       # one line per OpenMedModel
   kustomize build overlays/prod | openmed-op render -
   openmed-op render --watch models/           # re-render on every save
+  openmed-op render --base origin/main fleet/  # what this change does, wave by wave
 
 Exit codes: 0 rendered, 1 invalid OpenMedModel or conflict, 2 unreadable
 input or malformed YAML.")]
@@ -452,6 +453,16 @@ struct RenderArgs {
     /// duration. YAML, or JSON with -o json.
     #[arg(long)]
     canary: bool,
+
+    /// Print what the change from the Git revision REV to the inputs on
+    /// disk does instead of the manifests: for each OpenMedModel (and in a
+    /// fleet, wave by wave and cluster by cluster, in order) the version,
+    /// the ConfigMaps, OPENMED_SERVICE_PRELOAD_MODELS and
+    /// OPENMED_SERVICE_SERVED_MODELS, the pod-template hash, and whether
+    /// the pods roll. Text, or JSON with -o json. The inputs must be in a
+    /// Git repository's work tree; an input absent at REV is new.
+    #[arg(long, value_name = "REV", conflicts_with_all = ["summary", "canary", "watch", "krm"])]
+    base: Option<String>,
 
     /// Namespace of documents that do not set one, as kubectl assumes.
     #[arg(short, long, default_value = "default", value_name = "NAMESPACE", value_parser = parse_namespace)]
@@ -900,6 +911,9 @@ fn render_krm() -> u8 {
 }
 
 fn render_once(args: &RenderArgs) -> u8 {
+    if let Some(base) = &args.base {
+        return render_changes(args, base);
+    }
     if let [dir] = args.inputs.as_slice()
         && dir.join(crate::fleet::FILE_NAME).is_file()
     {
@@ -1025,6 +1039,170 @@ fn render_fleet(args: &RenderArgs, dir: &std::path::Path) -> u8 {
             }
             Ok(())
         })
+    };
+    exit_after(written, EXIT_OK)
+}
+
+/// `render --base REV`: the inputs rendered at REV (read from Git) and on
+/// disk, compared resource by resource ([`render::changes`]); a fleet
+/// cluster by cluster, in the waves' order.
+fn render_changes(args: &RenderArgs, base: &str) -> u8 {
+    use crate::{fleet, verify::git};
+    let fail = |message: String| {
+        eprintln!("openmed-op: {message}");
+        EXIT_USAGE
+    };
+    if args.inputs.iter().any(|i| i.as_os_str() == "-") {
+        return fail("--base reads the inputs at REV from Git, so not from stdin".into());
+    }
+    let repo = match git::open(&args.inputs[0]) {
+        Ok(repo) => repo,
+        Err(e) => {
+            return fail(format!(
+                "--base: {}: not in a Git repository: {}",
+                args.inputs[0].display(),
+                e.message()
+            ));
+        }
+    };
+    let Some(root) = repo.workdir().and_then(|w| std::fs::canonicalize(w).ok()) else {
+        return fail("--base: a bare repository has no files on disk to compare with".into());
+    };
+    let tree = match git::commit(&repo, base).and_then(|c| c.tree()) {
+        Ok(tree) => tree,
+        Err(e) => return fail(format!("--base {base}: unknown revision: {}", e.message())),
+    };
+    // Each input's path in the repository, '/'-separated, "" for its root.
+    let in_repo = |input: &std::path::Path| -> Result<String, String> {
+        let full = std::fs::canonicalize(input)
+            .map_err(|e| format!("{}: cannot read: {e}", input.display()))?;
+        let inside = full.strip_prefix(&root).map_err(|_| {
+            format!(
+                "{}: not inside the repository at {}",
+                input.display(),
+                root.display()
+            )
+        })?;
+        Ok(inside
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/"))
+    };
+    // The sections: one per fleet cluster, else one of every input.
+    let mut sections: Vec<(Option<String>, Vec<PathBuf>)> = Vec::new();
+    let mut fleet_members = Vec::new();
+    if let [dir] = args.inputs.as_slice()
+        && dir.join(fleet::FILE_NAME).is_file()
+    {
+        let file = dir.join(fleet::FILE_NAME);
+        let shown = file.display().to_string();
+        let waves = match std::fs::read_to_string(&file) {
+            Ok(text) => match fleet::parse(&shown, &text) {
+                Ok(waves) => waves,
+                Err(e) => return fail(e.to_string()),
+            },
+            Err(e) => return fail(format!("{shown}: cannot read: {e}")),
+        };
+        let count = waves.len();
+        for (i, wave, cluster) in fleet::clusters(&waves) {
+            sections.push((
+                Some(format!(
+                    "# wave {} of {count}: {}\n",
+                    i + 1,
+                    wave.label(cluster)
+                )),
+                vec![dir.join(&cluster.path)],
+            ));
+            fleet_members.push((
+                wave.name.clone(),
+                cluster.name.clone(),
+                cluster.path.clone(),
+            ));
+        }
+    } else {
+        sections.push((None, args.inputs.clone()));
+    }
+    let mut out = Vec::new();
+    for (heading, inputs) in &sections {
+        let now = match source::read_inputs(inputs) {
+            Ok(docs) => docs,
+            Err(e) => return fail(e.to_string()),
+        };
+        let mut then = Vec::new();
+        for input in inputs {
+            let prefix = match in_repo(input) {
+                Ok(prefix) => prefix,
+                Err(e) => return fail(e),
+            };
+            let keep = |path: &str| {
+                let under =
+                    prefix.is_empty() || path == prefix || path.starts_with(&format!("{prefix}/"));
+                under && source::is_yaml_name(std::path::Path::new(path))
+            };
+            let files = match git::files(&repo, &tree, &keep) {
+                Ok(files) => files,
+                Err(e) => return fail(format!("--base {base}: {}", e.message())),
+            };
+            for (path, oid) in files {
+                let origin = format!("{path} at {base}");
+                let parsed = git::blob(&repo, oid)
+                    .map_err(|e| e.message().to_owned())
+                    .and_then(|bytes| {
+                        source::parse_bytes(&origin, &bytes).map_err(|e| e.to_string())
+                    });
+                match parsed {
+                    Ok(docs) => then.extend(docs),
+                    Err(e) => return fail(e),
+                }
+            }
+        }
+        let rows = |docs: &[source::Document]| {
+            render::render(docs, &args.namespace, render::MissingTarget::Patch).map(|r| r.rows)
+        };
+        let before = match rows(&then) {
+            Ok(rows) => rows,
+            Err(findings) => {
+                eprintln!("openmed-op: at {base}, the inputs do not render:");
+                report(&findings);
+                return EXIT_FINDINGS;
+            }
+        };
+        let after = match rows(&now) {
+            Ok(rows) => rows,
+            Err(findings) => {
+                report(&findings);
+                return EXIT_FINDINGS;
+            }
+        };
+        out.push((heading.clone(), render::changes::between(&before, &after)));
+    }
+    let written = match args.output {
+        Format::Json => {
+            let all = if fleet_members.is_empty() {
+                serde_json::json!({"base": base, "changes": out[0].1})
+            } else {
+                let waves: Vec<serde_json::Value> = fleet_members
+                    .iter()
+                    .zip(&out)
+                    .map(|((wave, cluster, path), (_, changes))| {
+                        serde_json::json!({"wave": wave, "cluster": cluster, "path": path, "changes": changes})
+                    })
+                    .collect();
+                serde_json::json!({"base": base, "waves": waves})
+            };
+            print(&(serde_json::to_string_pretty(&all).expect("changes serialize") + "\n"))
+        }
+        Format::Yaml => {
+            let mut text = String::new();
+            for (heading, changes) in &out {
+                if let Some(heading) = heading {
+                    text.push_str(heading);
+                }
+                text.push_str(&render::changes::text(changes));
+            }
+            print(&text)
+        }
     };
     exit_after(written, EXIT_OK)
 }

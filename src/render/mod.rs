@@ -16,6 +16,7 @@
 //! for the caller to write as it goes.
 
 pub mod canary;
+pub mod changes;
 pub mod krm;
 
 use std::cell::RefCell;
@@ -132,6 +133,17 @@ pub struct SummaryRow {
     pub pod_template_hash: String,
     /// Whether the Deployment was in the input (`full`) or a patch was emitted (`patch`).
     pub output: &'static str,
+    /// The immutable snapshot ConfigMap the pod template reads.
+    #[serde(skip)]
+    pub snapshot: Option<String>,
+    /// `OPENMED_SERVICE_PRELOAD_MODELS` as the pods read it (from the
+    /// snapshot).
+    #[serde(skip)]
+    pub preload: Option<String>,
+    /// `OPENMED_SERVICE_SERVED_MODELS` as written on the container, when
+    /// the operator writes it.
+    #[serde(skip)]
+    pub served: Option<String>,
 }
 
 /// What to do for a resource whose target Deployment is not in the input.
@@ -181,6 +193,15 @@ pub fn render<'a>(
             } else {
                 "patch"
             },
+            snapshot: model.plan.snapshot.metadata.name.clone(),
+            preload: model
+                .plan
+                .snapshot
+                .data
+                .as_ref()
+                .and_then(|d| d.get(crate::api::names::PRELOAD_ENV))
+                .cloned(),
+            served: model.plan.deployment.served.clone(),
         });
         canaries.extend(canary::report(&model, docs));
         if missing == MissingTarget::Warn {

@@ -16,6 +16,18 @@ use crate::support::*;
 
 pub const ROLLOUT: Duration = Duration::from_secs(60);
 
+/// How long a wait on a model's status gives a rollout: [`ROLLOUT`] for
+/// the fake kubelet's pods, which are ready at once; the real-stack tiers
+/// set more ([`set_status_deadline`]), since their pods are OpenMed
+/// processes warming a model on two cores shared with the other
+/// scenarios (a scale-up to six pods beside a first rollout took longer
+/// than 60 s there).
+static STATUS_DEADLINE: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+pub fn set_status_deadline(deadline: Duration) {
+    let _ = STATUS_DEADLINE.set(deadline);
+}
+
 /// One test's world: a namespace, an admin client and an operator.
 pub struct Env {
     pub client: Client,
@@ -82,7 +94,7 @@ impl Env {
                 self.ns.name,
                 self.operator.log.display()
             ),
-            ROLLOUT,
+            *STATUS_DEADLINE.get().unwrap_or(&ROLLOUT),
             || self.status(name),
             ok,
         )

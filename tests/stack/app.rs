@@ -253,19 +253,20 @@ impl App {
     }
 }
 
+/// How long the real stack is given to turn a template Ready: its pods are
+/// OpenMed processes that load a model before `/readyz` passes, several at
+/// once on two cores while the other scenarios run beside them.
+pub const WARM: Duration = Duration::from_secs(180);
+
 /// The Gateway URL of the namespace's route, once the Gateway routes it
 /// to a ready pod.
 pub async fn routed(env: &Env) -> String {
     let url = format!("{}/{}", gateway_url(), env.ns.name);
     let ready = format!("{url}/readyz");
-    wait_for(
-        "the Gateway to route to the service",
-        Duration::from_secs(60),
-        || async {
-            let ok = reqwest::get(&ready).await.ok()?.status().is_success();
-            ok.then_some(())
-        },
-    )
+    wait_for("the Gateway to route to the service", WARM, || async {
+        let ok = reqwest::get(&ready).await.ok()?.status().is_success();
+        ok.then_some(())
+    })
     .await;
     url
 }

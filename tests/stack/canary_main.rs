@@ -24,6 +24,7 @@ pub use support::trial;
 
 fn main() {
     support::use_cluster_dir(support::root().join("target/workload"));
+    env::set_status_deadline(app::WARM);
     let args = Arguments::from_args();
     let trials = canary::trials();
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));

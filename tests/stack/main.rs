@@ -29,6 +29,7 @@ pub use support::trial;
 
 fn main() {
     support::use_cluster_dir(support::root().join("target/workload"));
+    env::set_status_deadline(app::WARM);
     let args = Arguments::from_args();
     let mut trials: Vec<Trial> = rollout::trials();
     trials.extend(crash::trials());

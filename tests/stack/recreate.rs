@@ -88,7 +88,7 @@ fn pods_recreated_mid_rollout_serve_their_own_templates_model() {
         app.env.set_spec(NAME, json!({"version": V2})).await;
         let new_pod = wait_for(
             "the first pod of the v2 template",
-            Duration::from_secs(60),
+            crate::app::WARM,
             || async {
                 app.pods()
                     .await
