@@ -110,9 +110,9 @@ pub enum UsageError {
     /// `openmed-fleet.yaml` at the root is not a valid fleet file.
     #[error("{0}")]
     Fleet(crate::fleet::FleetError),
-    /// `--status` in a fleet is a file, not a directory of one per wave.
+    /// `--status` in a fleet is a file, not a directory of one per cluster.
     #[error(
-        "--status {0}: in a fleet (openmed-fleet.yaml), --status is a directory with one file per wave, named after it (DIR/staging.yaml)"
+        "--status {0}: in a fleet (openmed-fleet.yaml), --status is a directory with one file per wave (per cluster in a wave of several), named after it (DIR/staging.yaml)"
     )]
     FleetStatus(String),
 }
@@ -160,7 +160,7 @@ struct Parsed {
 ///
 /// A repository whose REV holds `openmed-fleet.yaml` at its root is a
 /// fleet (docs/fleet.md): each wave's folder is judged as its own cluster,
-/// with `--status DIR/<wave>.yaml` when given, and then the waves against
+/// with `--status DIR/<cluster>.yaml` when given, and then the waves against
 /// each other ([`waves`]). `--include` judges only what it names,
 /// as for any repository.
 pub fn verify(options: &Options) -> Result<Report, UsageError> {
