@@ -8,21 +8,33 @@ FLUX_CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/openmed-op/flux"
 
 # flux_pid NAME: prints the pid in DIR/flux/NAME.pid if that process is
 # alive and still is our NAME binary (from the Flux tool cache) started for
-# this DIR (DIR on its command line, or its KUBECONFIG DIR's); removes a
-# stale pid file.
+# this DIR (DIR on its command line, or its KUBECONFIG DIR's); removes the
+# pid file of a process that is gone.
 flux_pid() {
-	local f="$DIR/flux/$1.pid" pid exe
+	local f="$DIR/flux/$1.pid" pid exe try
 	[ -f "$f" ] || return 1
 	pid="$(cat "$f")"
-	if [[ "$pid" =~ ^[0-9]+$ ]] && exe="$(_pid_exe "$pid")"; then
-		if [ "$(basename "$exe")" = "$1" ] && [[ "$exe" == "$FLUX_CACHE_ROOT"/* ]] &&
+	if ! [[ "$pid" =~ ^[0-9]+$ ]] || ! _pid_running "$pid"; then
+		rm -f "$f"
+		return 1
+	fi
+	# Alive: ours when it runs our binary and its command line or
+	# environment names this DIR. Those reads once said no for a live Git
+	# server on a loaded machine (read mid-exec), which forgot it and left
+	# it running with no record; so they are read again before the answer
+	# is no, and the record of a live process is kept either way (a stale
+	# one is harmless: nothing is stopped unless it is ours, and the next
+	# start writes it over).
+	for try in 1 2 3; do
+		if exe="$(_pid_exe "$pid")" &&
+			[ "$(basename "$exe")" = "$1" ] && [[ "$exe" == "$FLUX_CACHE_ROOT"/* ]] &&
 			{ _proc_list_has "$pid" cmdline -F "$DIR/" ||
 				_proc_list_has "$pid" environ -xF "KUBECONFIG=$DIR/kubeconfig"; }; then
 			echo "$pid"
 			return 0
 		fi
-	fi
-	rm -f "$f"
+		[ "$try" = 3 ] || sleep 0.2
+	done
 	return 1
 }
 
