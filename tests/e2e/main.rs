@@ -30,8 +30,15 @@ mod support;
 use libtest_mimic::Arguments;
 pub use support::trial;
 
+/// Trials at a time unless `--test-threads` says otherwise. They mostly
+/// wait (on the control plane, the operator's timers, a soak, Flux's
+/// intervals), so libtest's default here, one per core, left the two cores
+/// of CI mostly idle.
+const THREADS: usize = 4;
+
 fn main() {
-    let args = Arguments::from_args();
+    let mut args = Arguments::from_args();
+    args.test_threads = args.test_threads.or(Some(THREADS));
     let mut trials = Vec::new();
     trials.extend(cluster::trials());
     trials.extend(operator::trials());
