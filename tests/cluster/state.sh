@@ -6,6 +6,9 @@ NODE_NAME=fake-node
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_API_IP=10.96.0.1
 POD_CIDR=10.244.0.0/16
+# The node's address on the pod network (the first of POD_CIDR): where
+# process pods reach this machine's services, the API server among them.
+POD_GATEWAY=10.244.0.1
 
 # cluster_init_dir [DIR]: sets DIR to an absolute path.
 cluster_init_dir() {

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -15,8 +18,9 @@ import (
 // the container runtime build it: the image's env underneath, then envFrom
 // in order, then env in order, each env value expanded with $(VAR) against
 // what came before it (not against the image's env); command and args are
-// expanded against the result. Service links (FOO_SERVICE_HOST...) are not
-// made: nothing here reads them.
+// expanded against the result. Of the service links only the API server's
+// are made (KUBERNETES_SERVICE_HOST, _PORT, as a real kubelet gives every
+// container): in-cluster clients need them; nothing here reads the others.
 
 // defaultPath is what container runtimes set when the image has no PATH.
 const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -150,15 +154,32 @@ func containerEnv(r *refs, pod *v1.Pod, podIP string, c *v1.Container, img image
 		}
 	}
 
+	// The kubelet's variables override the image's, the container's own
+	// override both.
 	var env []string
+	kubeletEnv := map[string]string{}
+	var kubeletOrder []string
+	for _, line := range r.k.apiServerEnv() {
+		name, value, _ := strings.Cut(line, "=")
+		kubeletEnv[name] = value
+		kubeletOrder = append(kubeletOrder, name)
+	}
 	hasPath := false
 	for _, line := range img.Env {
 		name, _, _ := strings.Cut(line, "=")
 		if _, overridden := own[name]; overridden {
 			continue
 		}
+		if _, overridden := kubeletEnv[name]; overridden {
+			continue
+		}
 		hasPath = hasPath || name == "PATH"
 		env = append(env, line)
+	}
+	for _, name := range kubeletOrder {
+		if _, overridden := own[name]; !overridden {
+			env = append(env, name+"="+kubeletEnv[name])
+		}
 	}
 	if _, ok := own["PATH"]; !ok && !hasPath {
 		env = append(env, defaultPath)
@@ -170,6 +191,41 @@ func containerEnv(r *refs, pod *v1.Pod, podIP string, c *v1.Container, img image
 		env = append(env, name+"="+own[name])
 	}
 	return env, own, nil
+}
+
+// apiServerEnv is where in-cluster clients find the API server. A real
+// kubelet names the `kubernetes` Service's cluster IP; no cluster IP routes
+// anywhere here, so it names the pods' gateway and the API server's own
+// port, which every process pod reaches there (nodeForwardPorts), and whose
+// serving certificate names that address (tests/cluster/up). Empty when
+// the kubelet runs no pod network (its unit tests).
+func (k *kubelet) apiServerEnv() []string {
+	if k.apiPort == 0 || k.net == nil {
+		return nil
+	}
+	host, port := k.net.gateway.String(), strconv.Itoa(k.apiPort)
+	addr := "tcp://" + net.JoinHostPort(host, port)
+	return []string{
+		"KUBERNETES_SERVICE_HOST=" + host,
+		"KUBERNETES_SERVICE_PORT=" + port,
+		"KUBERNETES_SERVICE_PORT_HTTPS=" + port,
+		"KUBERNETES_PORT=" + addr,
+	}
+}
+
+// serverPort is the port of an API server URL (443 when it names none).
+func serverPort(server string) (int, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return 0, err
+	}
+	if u.Port() == "" {
+		if u.Scheme == "http" {
+			return 80, nil
+		}
+		return 443, nil
+	}
+	return strconv.Atoi(u.Port())
 }
 
 func valueFrom(r *refs, pod *v1.Pod, podIP string, src *v1.EnvVarSource) (string, bool, error) {

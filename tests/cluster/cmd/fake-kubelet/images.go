@@ -116,15 +116,20 @@ func (m imageMap) processImages(pod *v1.Pod) (map[string]imageConfig, bool, erro
 // nodeForwardPorts reads the ports of this machine that process pods
 // reach at their gateway address: every key of the node ConfigMap lists
 // some (numbers separated by spaces, commas or lines; the key's name says
-// who wrote them, as in the image map). No ConfigMap means none.
+// who wrote them, as in the image map), and the API server's port is
+// always one. No ConfigMap means that one alone.
 func (k *kubelet) nodeForwardPorts(ctx context.Context) ([]int, error) {
+	var ports []int
+	// The API server, for in-cluster clients (apiServerEnv).
+	if k.apiPort != 0 {
+		ports = append(ports, k.apiPort)
+	}
 	cm, err := k.client.CoreV1().ConfigMaps(k.nodeCMNS).Get(ctx, k.nodeCMName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, nil
+		return ports, nil
 	} else if err != nil {
 		return nil, err
 	}
-	var ports []int
 	for key, value := range cm.Data {
 		for _, f := range strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' }) {
 			p, err := strconv.Atoi(f)

@@ -137,6 +137,10 @@ type kubelet struct {
 	net                  *podNetwork
 	maxRestartDelay      time.Duration
 	workers              map[types.UID]*podWorker
+	// apiPort is the API server's port on this machine: pods reach it at
+	// their gateway address, as in-cluster clients (a service account's
+	// token, KUBERNETES_SERVICE_HOST) expect to.
+	apiPort int
 }
 
 func run(ctx context.Context, o options) error {
@@ -145,6 +149,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	cfg.UserAgent = "fake-kubelet"
+	apiPort, err := serverPort(cfg.Host)
+	if err != nil {
+		return fmt.Errorf("the API server's address %q: %w", cfg.Host, err)
+	}
 	cfg.QPS, cfg.Burst = 100, 200
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -209,6 +217,7 @@ func run(ctx context.Context, o options) error {
 		net:             network,
 		maxRestartDelay: o.maxRestartDelay,
 		workers:         map[types.UID]*podWorker{},
+		apiPort:         apiPort,
 	}
 	defer k.queue.ShutDown()
 

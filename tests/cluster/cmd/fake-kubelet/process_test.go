@@ -217,6 +217,50 @@ func TestContainerEnvLayersAndExpands(t *testing.T) {
 	}
 }
 
+func TestContainersFindTheAPIServerAtTheirGateway(t *testing.T) {
+	network, err := newPodNetwork("fk-t", "10.244.0.0/16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubelet{client: fake.NewClientset(), net: network, apiPort: 6443, nodeCMNS: "kube-system", nodeCMName: "fake-kubelet-node"}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p-1"}}
+	// The image's value gives way to the kubelet's, the container's own
+	// to nothing.
+	img := imageConfig{Env: []string{"KUBERNETES_SERVICE_HOST=image.example", "KUBERNETES_PORT=tcp://image.example:1"}}
+	c := v1.Container{Env: []v1.EnvVar{{Name: "KUBERNETES_SERVICE_PORT_HTTPS", Value: "7443"}}}
+	env, _, err := containerEnv(k.newRefs(context.Background(), "ns"), pod, "10.244.0.7", &c, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, line := range env {
+		name, value, _ := strings.Cut(line, "=")
+		if _, dup := got[name]; dup {
+			t.Errorf("%s set twice in %v", name, env)
+		}
+		got[name] = value
+	}
+	for name, want := range map[string]string{
+		"KUBERNETES_SERVICE_HOST":       "10.244.0.1",
+		"KUBERNETES_SERVICE_PORT":       "6443",
+		"KUBERNETES_SERVICE_PORT_HTTPS": "7443",
+		"KUBERNETES_PORT":               "tcp://10.244.0.1:6443",
+	} {
+		if got[name] != want {
+			t.Errorf("%s=%q, want %q (env %v)", name, got[name], want, env)
+		}
+	}
+	ports, err := k.nodeForwardPorts(context.Background())
+	if err != nil || !reflect.DeepEqual(ports, []int{6443}) {
+		t.Errorf("without a node ConfigMap pods still reach the API server: %v, %v", ports, err)
+	}
+	for server, want := range map[string]int{"https://127.0.0.1:35011": 35011, "https://localhost": 443, "http://127.0.0.1": 80} {
+		if got, err := serverPort(server); err != nil || got != want {
+			t.Errorf("serverPort(%q) = %d, %v; want %d", server, got, err, want)
+		}
+	}
+}
+
 func TestPodNamespacesAreNamedByAddress(t *testing.T) {
 	n, err := newPodNetwork("fk-1", "10.244.0.0/16")
 	if err != nil {
