@@ -68,11 +68,7 @@ impl Stage {
         );
         let pid = Arc::new(AtomicU32::new(operator.pid()));
         Stage {
-            env: Env {
-                client,
-                ns,
-                operator,
-            },
+            env: Env::of(client, ns, operator),
             proxy,
             invariants,
             kubeconfig,

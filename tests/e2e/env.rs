@@ -29,11 +29,27 @@ pub fn set_status_deadline(deadline: Duration) {
     let _ = STATUS_DEADLINE.set(deadline);
 }
 
-/// One test's world: a namespace, an admin client and an operator.
-pub struct Env {
+/// One test's world: a namespace and an admin client, with the helpers
+/// that read and change an OpenMedModel there, whoever runs the operator.
+pub struct World {
     pub client: Client,
     pub ns: TestNamespace,
+    /// Where the operator's log is, for a wait's timeout message.
+    operator_log: String,
+}
+
+/// A [`World`] with an operator of the test's own, a process.
+pub struct Env {
+    world: World,
     pub operator: Operator,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World;
+
+    fn deref(&self) -> &World {
+        &self.world
+    }
 }
 
 impl Env {
@@ -46,11 +62,48 @@ impl Env {
         install_crd(&client).await;
         let ns = TestNamespace::create(&client, prefix).await;
         let operator = Operator::start(&ns.name, args);
+        Env::of(client, ns, operator)
+    }
+
+    /// The world of namespace `ns`, where `operator` runs.
+    pub fn of(client: Client, ns: TestNamespace, operator: Operator) -> Self {
+        let operator_log = operator.log.display().to_string();
         Env {
-            client,
-            ns,
+            world: World {
+                client,
+                ns,
+                operator_log,
+            },
             operator,
         }
+    }
+
+    /// The namespace and the operator, for a test that replaces one.
+    pub fn into_parts(self) -> (Client, TestNamespace, Operator) {
+        let Env { world, operator } = self;
+        (world.client, world.ns, operator)
+    }
+
+    pub async fn finish(self) {
+        let (_, ns, mut operator) = self.into_parts();
+        operator.kill();
+        ns.delete().await;
+    }
+}
+
+impl World {
+    /// The world of namespace `ns`, whose operator runs elsewhere (in
+    /// pods: `operator_log` says where their logs are).
+    pub fn of(client: Client, ns: TestNamespace, operator_log: String) -> Self {
+        World {
+            client,
+            ns,
+            operator_log,
+        }
+    }
+
+    pub async fn finish(self) {
+        self.ns.delete().await;
     }
 
     pub fn models(&self) -> Api<OpenMedModel> {
@@ -92,8 +145,7 @@ impl Env {
         wait_until(
             &format!(
                 "{what} ({}/{name}; operator log {})",
-                self.ns.name,
-                self.operator.log.display()
+                self.ns.name, self.operator_log
             ),
             *STATUS_DEADLINE.get().unwrap_or(&ROLLOUT),
             || self.status(name),
@@ -256,14 +308,6 @@ impl Env {
             },
         )
         .await;
-    }
-
-    pub async fn finish(self) {
-        let Env {
-            ns, mut operator, ..
-        } = self;
-        operator.kill();
-        ns.delete().await;
     }
 }
 

@@ -71,19 +71,7 @@ async fn ensure_images(client: &Client) {
         SH: {"entrypoint": ["/bin/sh", "-c"], "env": ["FROM_IMAGE=yes", "HOME=/image-home"]},
         PYTHON: {"entrypoint": [python], "cmd": ["-m", "http.server"], "env": ["PYTHONUNBUFFERED=1"]},
     });
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
-    let patch = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "fake-kubelet-images", "namespace": "kube-system"},
-        "data": {"e2e-kubelet.yaml": serde_yaml::to_string(&images).unwrap()},
-    });
-    api.patch(
-        "fake-kubelet-images",
-        &PatchParams::apply("e2e-kubelet").force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .expect("the image map");
+    set_image_map(client, "e2e-kubelet", &images).await;
 }
 
 struct Env {

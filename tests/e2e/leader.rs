@@ -200,14 +200,15 @@ fn one_instance_writes_and_the_other_takes_over_when_it_is_killed() {
 
         // A clean stop releases the Lease (the follower is stopped first,
         // so nobody takes it at once).
+        let (client, ns, first) = env.into_parts();
         let (mut successor_process, mut follower) = if leader == 0 {
-            (second, env.operator)
+            (second, first)
         } else {
-            (env.operator, second)
+            (first, second)
         };
         follower.kill();
         assert_eq!(successor_process.terminate(), Some(0));
-        let released = leases(&env.client)
+        let released = leases(&client)
             .get("openmed-operator")
             .await
             .unwrap()
@@ -215,6 +216,6 @@ fn one_instance_writes_and_the_other_takes_over_when_it_is_killed() {
             .unwrap();
         assert_eq!(released.holder_identity, None, "released on a clean stop");
         assert_eq!(released.lease_duration_seconds, Some(1));
-        env.ns.delete().await;
+        ns.delete().await;
     });
 }

@@ -11,7 +11,7 @@ use libtest_mimic::Trial;
 use openmed_op::api::{OpenMedModel, Phase};
 use serde_json::{Value, json};
 
-pub use crate::env::{Env, ROLLOUT, deployment_yaml, model_yaml};
+pub use crate::env::{Env, ROLLOUT, World, deployment_yaml, model_yaml};
 use crate::support::*;
 use crate::trial;
 

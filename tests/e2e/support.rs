@@ -61,6 +61,26 @@ pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_openmed-op")
 }
 
+/// Writes `owner`'s entries into the test kubelet's image map (a key of
+/// its own, under its own field manager, so the entries of others stay):
+/// a pod whose images are all in the map runs them as processes
+/// (tests/cluster/README.md, "Process pods").
+pub async fn set_image_map(client: &Client, owner: &str, images: &Value) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    let patch = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "fake-kubelet-images", "namespace": "kube-system"},
+        "data": {format!("{owner}.yaml"): serde_yaml::to_string(images).unwrap()},
+    });
+    api.patch(
+        "fake-kubelet-images",
+        &PatchParams::apply(owner).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .expect("the image map");
+}
+
 /// `openmed-op ARGS` with `input` on stdin: its whole output.
 pub fn run_with_input(args: &[&str], input: &str) -> std::process::Output {
     use std::io::Write;

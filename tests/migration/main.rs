@@ -322,11 +322,7 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
             Api::namespaced(client.clone(), &name);
         let template_before = deployments.get("svc").await.unwrap().spec.unwrap().template;
         operator_kubeconfig(); // installs deploy/operator
-        let mut env = Env {
-            operator: Operator::start(&name, &[]),
-            client: client.clone(),
-            ns,
-        };
+        let mut env = Env::of(client.clone(), ns, Operator::start(&name, &[]));
         taken_over(
             &models,
             "openmed-op to take the resource over (its finalizer)",

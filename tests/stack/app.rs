@@ -197,11 +197,7 @@ impl App {
         install_crd(&client).await;
         let ns = TestNamespace::create(&client, prefix).await;
         let operator = Operator::start_on_pod_network(&ns.name, &[]);
-        let env = Env {
-            client,
-            ns,
-            operator,
-        };
+        let env = Env::of(client, ns, operator);
         Self::deploy_in(env, &gated_model(), Image::Stock).await
     }
 

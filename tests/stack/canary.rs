@@ -103,11 +103,7 @@ impl CanaryApp {
         let ns = TestNamespace::create(&client, prefix).await;
         let prometheus = prometheus();
         let operator = Operator::start_on_pod_network(&ns.name, &["--analysis-allow", &prometheus]);
-        let env = Env {
-            client,
-            ns,
-            operator,
-        };
+        let env = Env::of(client, ns, operator);
         let mut service = documents("openmed-service.yaml");
         for doc in &mut service {
             if doc["kind"] == "HTTPRoute" {
