@@ -1,11 +1,14 @@
 //! The Helm chart (`deploy/helm/openmed-operator`) installed, upgraded and
 //! uninstalled with the real `helm` (built by `tests/helm/build`) on the
-//! real control plane, and the operator working after each step: run as the
-//! chart's ServiceAccount with the chart's Deployment's own arguments, it
-//! rolls a model out (install), obeys a changed value (upgrade), and has no
-//! access left afterwards (uninstall). The fake kubelet runs no containers,
-//! so the operator runs here as a process, as in the rest of the suite; its
-//! pods still get scheduled and Ready, which `helm --wait` waits for.
+//! real control plane, and the operator working after each step. The
+//! chart's own pods run the operator: the test kubelet maps the image the
+//! README's install names to the operator's binary (the one under test, or
+//! the image's static build with `OPERATOR_IMAGE_BINARY`, see
+//! docs/operations.md, "Image"), and runs it as the image would, with the
+//! chart's arguments, its ServiceAccount's token and nothing else. So the
+//! pods find the API server as in-cluster clients do, lead through the
+//! chart's Lease, roll a model out (install), obey a changed value
+//! (upgrade), and stop cleanly, restarting no model pod (uninstall).
 //!
 //! `cargo test --test helm` checks the chart offline: lint, values schema,
 //! and the rendered objects against the kustomize install.
@@ -18,10 +21,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use kube::api::ListParams;
 use libtest_mimic::Trial;
 use serde_json::json;
 
-use crate::operator::Env;
+use crate::operator::{ROLLOUT, World};
 use crate::support::*;
 use crate::trial;
 
@@ -80,10 +84,117 @@ async fn installed_image(deployments: &Api<Deployment>) -> String {
         .unwrap_or_default()
 }
 
+/// The image README's install names, without its tag.
+const IMAGE: &str = "registry.example/openmed-op";
+
+/// What the image runs: the binary under test, or with
+/// `OPERATOR_IMAGE_BINARY=$(deploy/image/build-binary)` the static one the
+/// image ships (a release build for musl, about 10 minutes from nothing,
+/// so not in CI).
+fn image_binary() -> String {
+    std::env::var("OPERATOR_IMAGE_BINARY").unwrap_or_else(|_| binary().to_owned())
+}
+
+/// The release's operator pods.
+async fn operator_pod_names(pods: &Api<Pod>) -> Vec<String> {
+    let selector = format!("app.kubernetes.io/instance={RELEASE}");
+    pods.list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
+/// Waits until the release's pods are the chart's two, each running image
+/// tag `tag` and Ready (a pod of another tag still terminating counts
+/// against it); returns their names.
+async fn operator_pods(pods: &Api<Pod>, tag: &str) -> Vec<String> {
+    let selector = format!("app.kubernetes.io/instance={RELEASE}");
+    let image = format!("{IMAGE}:{tag}");
+    wait_until(
+        &format!("the chart's two operator pods on {image}, Ready"),
+        ROLLOUT,
+        || async {
+            pods.list(&ListParams::default().labels(&selector))
+                .await
+                .unwrap()
+                .items
+        },
+        |items| {
+            items.len() == 2
+                && items.iter().all(|p| {
+                    let ready = p.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                    });
+                    let spec_image = p.spec.as_ref().and_then(|s| s.containers[0].image.clone());
+                    ready && spec_image.as_deref() == Some(image.as_str())
+                })
+        },
+    )
+    .await
+    .into_iter()
+    .filter_map(|p| p.metadata.name)
+    .collect()
+}
+
+async fn lease_holder(leases: &Api<Lease>) -> String {
+    leases
+        .get(FULLNAME)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default()
+}
+
+/// Where the test kubelet keeps the operator pods' logs (for a timeout's
+/// message).
+fn pod_logs_hint(namespace: &str) -> String {
+    format!(
+        "{}/kubelet/pods/{namespace}_{FULLNAME}-*/operator/",
+        cluster_dir().display()
+    )
+}
+
+/// The log of the last run of pod `name`'s operator container.
+fn last_log(namespace: &str, name: &str) -> String {
+    let prefix = format!("{namespace}_{name}_");
+    let pods = cluster_dir().join("kubelet/pods");
+    let dir = std::fs::read_dir(&pods)
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no log folder {prefix}* in {}", pods.display()))
+        .path()
+        .join("operator");
+    let last = (0..)
+        .map(|restart| dir.join(format!("{restart}.log")))
+        .take_while(|path| path.exists())
+        .last()
+        .unwrap_or_else(|| panic!("no log in {}", dir.display()));
+    std::fs::read_to_string(last).unwrap()
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
 fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
     block_on(async {
         let client = admin().await;
         install_crd(&client).await;
+        set_image_map(
+            &client,
+            "e2e-helm",
+            &json!({IMAGE: {"entrypoint": [image_binary()], "cmd": ["run"]}}),
+        )
+        .await;
         let home = TestNamespace::create(&client, "helmhome").await;
         let watched = TestNamespace::create(&client, "helmwatched").await;
         let chart = root().join("deploy/helm/openmed-operator");
@@ -141,8 +252,8 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
             &["patch", "deployments.apps", "-n", &home.name]
         ));
 
-        // Run it as the chart's Deployment would: its arguments, its
-        // identity, its namespace (where the Lease goes).
+        // The chart's Deployment as the API server holds it: its pods run
+        // exactly these arguments (the image's entrypoint, no command).
         let args = installed_args(&deployments).await;
         assert_eq!(
             args,
@@ -154,33 +265,23 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
                 &format!("--namespace={}", watched.name),
             ]
         );
-        let as_chart = kubeconfig_as(&identity);
-        let pod_env = [
-            ("POD_NAMESPACE", home.name.as_str()),
-            ("POD_NAME", "e2e-openmed-operator-pod-a"),
-        ];
-        let operator = Operator::start_exactly(&as_chart, args, &watched.name, &pod_env);
-        let env = Env {
-            client: client.clone(),
-            ns: watched,
-            operator,
-        };
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &home.name);
+        let first = operator_pods(&pods, "0.1.0").await;
+        let env = World::of(client.clone(), watched, pod_logs_hint(&home.name));
         let (_v1, v2) = env.v1_then_v2().await;
         let leases: Api<Lease> = Api::namespaced(client.clone(), &home.name);
-        let lease = leases.get(FULLNAME).await.unwrap();
+        let holder = lease_holder(&leases).await;
         assert!(
-            lease
-                .spec
-                .and_then(|s| s.holder_identity)
-                .is_some_and(|h| h.starts_with("e2e-openmed-operator-pod-a")),
-            "the operator leads through the chart's Lease"
+            first.iter().any(|pod| holder.starts_with(pod.as_str())),
+            "one of the chart's pods {first:?} leads through the chart's Lease: {holder}"
         );
 
         // Upgrade as README's step 3 does (the tag named again, since
         // --reuse-values keeps the one set at install), with a value the
-        // operator obeys. The Deployment rolls (helm waits for it); the
-        // operator restarts with the new arguments, as its pods would, and
-        // now leaves the unlabelled target alone.
+        // operator obeys. The pods roll one at a time (helm waits for the
+        // new ones to be Ready); once the old ones are gone, the operator
+        // that leads runs the new arguments and leaves the unlabelled
+        // target alone.
         let out = helm(&[
             "upgrade",
             RELEASE,
@@ -206,18 +307,11 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
             args.last().map(String::as_str),
             Some("--require-target-label")
         );
-        let Env {
-            client: _,
-            ns: watched,
-            operator: mut old,
-        } = env;
-        old.kill();
-        let operator = Operator::start_exactly(&as_chart, args, &watched.name, &pod_env);
-        let env = Env {
-            client: client.clone(),
-            ns: watched,
-            operator,
-        };
+        let second = operator_pods(&pods, "0.2.0").await;
+        assert!(
+            second.iter().all(|pod| !first.contains(pod)),
+            "every pod replaced: {first:?} then {second:?}"
+        );
         let v3 = env.version("v3");
         env.set_spec("svc", json!({"version": v3})).await;
         env.wait_status("svc", "TargetNotOptedIn", |s| {
@@ -227,29 +321,44 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
         assert_eq!(env.status("svc").await.active_version, Some(v2.clone()));
         env.opt_in("svc").await;
         env.wait_ready("svc", &v3).await;
+        let holder = lease_holder(&leases).await;
+        assert!(
+            second.iter().any(|pod| holder.starts_with(pod.as_str())),
+            "a pod of the upgrade {second:?} leads: {holder}"
+        );
 
         // Uninstall: every object of the release goes, the operator's
         // access with them; the CRD and the resources stay (Helm never
         // deletes what crds/ installed), and the target keeps serving:
-        // the operator stopping, as its pods do, restarts no model pod.
+        // the operator's pods stopping restarts no model pod.
         let serving = |pods: Vec<Pod>| {
             pods.into_iter()
                 .filter_map(|p| p.metadata.uid)
                 .collect::<std::collections::BTreeSet<_>>()
         };
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &env.ns.name);
-        let before = serving(pods.list(&Default::default()).await.unwrap().items);
+        let model_pods: Api<Pod> = Api::namespaced(client.clone(), &env.ns.name);
+        let before = serving(model_pods.list(&Default::default()).await.unwrap().items);
         let generation = env.deployment("svc").await["metadata"]["generation"].clone();
         helm(&["uninstall", RELEASE, "--namespace", &home.name, "--wait"]);
-        let mut env = env;
-        assert_eq!(env.operator.terminate(), Some(0), "a clean stop");
+        wait_for("the operator's pods to be gone", ROLLOUT, || async {
+            operator_pod_names(&pods).await.is_empty().then_some(())
+        })
+        .await;
+        for pod in first.iter().chain(&second) {
+            let log = last_log(&home.name, pod);
+            assert!(
+                log.contains("\"stopped\""),
+                "operator pod {pod} stopped cleanly; its log ends:\n{}",
+                tail(&log, 15)
+            );
+        }
         assert_eq!(
             env.deployment("svc").await["metadata"]["generation"],
             generation,
             "the uninstall wrote nothing to the target"
         );
         assert_eq!(
-            serving(pods.list(&Default::default()).await.unwrap().items),
+            serving(model_pods.list(&Default::default()).await.unwrap().items),
             before,
             "no model pod restarted"
         );
