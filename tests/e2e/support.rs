@@ -243,10 +243,32 @@ impl TestNamespace {
         }
     }
 
-    /// Deletes the namespace (after a passing test).
+    /// Deletes the namespace (after a passing test). Its operator has
+    /// stopped by then, so nothing would run the finalizers it left on the
+    /// OpenMedModels: they are dropped here, or the namespace would stay
+    /// Terminating for good, and a stack kept for run after run would
+    /// gather them.
     pub async fn delete(self) {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let _ = api.delete(&self.name, &DeleteParams::background()).await;
+        let models: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.name,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk(
+                "openmed.ai",
+                "v1alpha1",
+                "OpenMedModel",
+            )),
+        );
+        let Ok(list) = models.list(&Default::default()).await else {
+            return;
+        };
+        let unfinalized = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
+        for name in list.items.into_iter().filter_map(|m| m.metadata.name) {
+            let _ = models
+                .patch(&name, &PatchParams::default(), &unfinalized)
+                .await;
+        }
     }
 }
 
