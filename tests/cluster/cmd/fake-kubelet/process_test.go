@@ -188,14 +188,7 @@ func TestContainerEnvLayersAndExpands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]string{}
-	for _, line := range env {
-		name, value, _ := strings.Cut(line, "=")
-		if _, dup := got[name]; dup {
-			t.Errorf("%s set twice in %v", name, env)
-		}
-		got[name] = value
-	}
+	got := envMap(t, env)
 	want := map[string]string{
 		"CM_MODEL": "OpenMed/m-v1", "CM_B": "from-cm",
 		"IP": "10.244.0.7", "NAME": "p-1", "APP": "svc", "MODEL": "OpenMed/m-v1", "TOKEN": "s3cret",
@@ -232,14 +225,7 @@ func TestContainersFindTheAPIServerAtTheirGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]string{}
-	for _, line := range env {
-		name, value, _ := strings.Cut(line, "=")
-		if _, dup := got[name]; dup {
-			t.Errorf("%s set twice in %v", name, env)
-		}
-		got[name] = value
-	}
+	got := envMap(t, env)
 	for name, want := range map[string]string{
 		"KUBERNETES_SERVICE_HOST":       "10.244.0.1",
 		"KUBERNETES_SERVICE_PORT":       "6443",
@@ -327,4 +313,18 @@ func TestVolumeKeysAreWrittenWithTheirModesAndPaths(t *testing.T) {
 	if err := writeKeys(dir, none, "configmap", "gone", nil, nil, nil); err == nil || err.Error() != `configmap "gone" not found` {
 		t.Errorf("a missing ConfigMap: %v", err)
 	}
+}
+
+// envMap reads NAME=value lines into a map, failing on a name set twice.
+func envMap(t *testing.T, env []string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, line := range env {
+		name, value, _ := strings.Cut(line, "=")
+		if _, dup := got[name]; dup {
+			t.Errorf("%s set twice in %v", name, env)
+		}
+		got[name] = value
+	}
+	return got
 }
