@@ -96,32 +96,23 @@ fn image_binary() -> String {
 }
 
 /// The release's operator pods.
-async fn operator_pod_names(pods: &Api<Pod>) -> Vec<String> {
+async fn release_pods(pods: &Api<Pod>) -> Vec<Pod> {
     let selector = format!("app.kubernetes.io/instance={RELEASE}");
     pods.list(&ListParams::default().labels(&selector))
         .await
         .unwrap()
         .items
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect()
 }
 
 /// Waits until the release's pods are the chart's two, each running image
 /// tag `tag` and Ready (a pod of another tag still terminating counts
 /// against it); returns their names.
 async fn operator_pods(pods: &Api<Pod>, tag: &str) -> Vec<String> {
-    let selector = format!("app.kubernetes.io/instance={RELEASE}");
     let image = format!("{IMAGE}:{tag}");
     wait_until(
         &format!("the chart's two operator pods on {image}, Ready"),
         ROLLOUT,
-        || async {
-            pods.list(&ListParams::default().labels(&selector))
-                .await
-                .unwrap()
-                .items
-        },
+        || release_pods(pods),
         |items| {
             items.len() == 2
                 && items.iter().all(|p| {
@@ -341,7 +332,7 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
         let generation = env.deployment("svc").await["metadata"]["generation"].clone();
         helm(&["uninstall", RELEASE, "--namespace", &home.name, "--wait"]);
         wait_for("the operator's pods to be gone", ROLLOUT, || async {
-            operator_pod_names(&pods).await.is_empty().then_some(())
+            release_pods(&pods).await.is_empty().then_some(())
         })
         .await;
         for pod in first.iter().chain(&second) {
