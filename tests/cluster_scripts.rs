@@ -8,6 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod executables;
+
 struct Sandbox {
     dir: tempfile::TempDir,
 }
@@ -19,15 +21,14 @@ impl Sandbox {
         let bin = dir.path().join("cache/openmed-op/cluster/test/bin");
         std::fs::create_dir_all(&bin).unwrap();
         let tail = which("tail");
-        std::fs::copy(tail, bin.join("etcd")).unwrap();
+        executables::install_executable(&tail, &bin.join("etcd"));
         for sub in ["cluster/pids", "cluster/logs"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
         std::fs::write(dir.path().join("cluster/input"), "").unwrap();
         // Execs its arguments a second late, as a loaded machine may.
         let slow = dir.path().join("slow-exec");
-        std::fs::write(&slow, "#!/usr/bin/env bash\nsleep 1\nexec \"$@\"\n").unwrap();
-        make_executable(&slow);
+        executables::write_executable(&slow, "#!/usr/bin/env bash\nsleep 1\nexec \"$@\"\n");
         Sandbox { dir }
     }
 
@@ -91,11 +92,6 @@ fn which(tool: &str) -> PathBuf {
         .unwrap();
     assert!(out.status.success(), "{tool} is installed");
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-fn make_executable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 fn alive(pid: i32) -> bool {

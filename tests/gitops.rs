@@ -15,6 +15,8 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+mod executables;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -63,17 +65,14 @@ fn example_package() -> tempfile::TempDir {
 /// An executable that runs `openmed-op render --krm`, for tools that take
 /// a path to a function binary.
 fn krm_function(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let path = dir.join("openmed-op-krm");
-    std::fs::write(
+    executables::write_executable(
         &path,
-        format!(
+        &format!(
             "#!/bin/sh\nexec '{}' render --krm\n",
             env!("CARGO_BIN_EXE_openmed-op")
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     path
 }
 

@@ -11,6 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod executables;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -95,16 +97,13 @@ fn sandbox_tool(body: &str) -> (tempfile::TempDir, PathBuf) {
     )
     .unwrap();
     let script = tool.join("build");
-    std::fs::write(
+    executables::write_executable(
         &script,
-        format!(
+        &format!(
             "#!/usr/bin/env bash\nset -euo pipefail\n. \"$(dirname \"${{BASH_SOURCE[0]}}\")/../cached-build.sh\"\n\
              cached_build_start sandbox \"$@\"\n{body}\ncached_build_finish\n"
         ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     (dir, script)
 }
 
