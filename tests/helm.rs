@@ -175,6 +175,15 @@ fn kustomize_objects(dir: &str) -> BTreeMap<String, Value> {
     objects
 }
 
+/// What the kustomize install applies: the CRD (`crds/`, applied on its
+/// own so that `kubectl delete -k` leaves it), then the overlay `dir`.
+/// The chart holds the same CRD in its `crds/`.
+fn install_objects(dir: &str) -> BTreeMap<String, Value> {
+    let mut objects = objects(&kustomize("crds"));
+    objects.extend(kustomize_objects(dir));
+    objects
+}
+
 #[test]
 fn the_chart_lints_clean_for_each_mode() {
     let chart = chart();
@@ -196,17 +205,14 @@ fn the_chart_lints_clean_for_each_mode() {
 
 #[test]
 fn the_chart_renders_the_objects_of_deploy_operator() {
-    assert_same_objects(
-        objects(&template(&[])),
-        kustomize_objects("deploy/operator"),
-    );
+    assert_same_objects(objects(&template(&[])), install_objects("deploy/operator"));
 }
 
 #[test]
 fn watch_namespaces_renders_the_namespaced_overlay() {
     assert_same_objects(
         objects(&template(&["watchNamespaces={openmed}"])),
-        kustomize_objects("deploy/operator/namespaced"),
+        install_objects("deploy/operator/namespaced"),
     );
 }
 
@@ -241,7 +247,7 @@ fn analysis_allow_renders_the_documented_kustomize_patch() {
         objects(&template(&[
             "analysisAllow={http://prometheus.monitoring:9090}",
         ])),
-        kustomize_objects(overlay.path().to_str().unwrap()),
+        install_objects(overlay.path().to_str().unwrap()),
     );
 }
 

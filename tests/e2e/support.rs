@@ -502,10 +502,19 @@ pub const OPERATOR_IDENTITY: &str = "system:serviceaccount:openmed-system:openme
 /// kubeconfig that acts as the operator's service account: every operator
 /// test then runs with exactly the permissions users install, so a missing
 /// one fails a test.
-/// `kubectl apply -k deploy/operator --server-side`: the operator's
-/// namespace, ServiceAccount, RBAC and admission policies, as users
-/// install them.
+/// `kubectl apply --server-side -f crds/openmedmodel.yaml`, then
+/// `kubectl apply -k deploy/operator --server-side`: the CRD, the
+/// operator's namespace, ServiceAccount, RBAC and admission policies, as
+/// users install them.
 pub fn install_operator() {
+    let (ok, _, err) = kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        root().join("crds/openmedmodel.yaml").to_str().unwrap(),
+    ]);
+    assert!(ok, "kubectl apply -f crds/openmedmodel.yaml failed: {err}");
     let (ok, _, err) = kubectl(&[
         "apply",
         "-k",
