@@ -18,14 +18,13 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::ListParams;
 use libtest_mimic::Trial;
 use serde_json::json;
 
-use crate::operator::{ROLLOUT, World};
+use crate::operator::World;
+use crate::operator_pods::{OperatorPods, map_operator_image};
 use crate::support::*;
 use crate::trial;
 
@@ -84,108 +83,11 @@ async fn installed_image(deployments: &Api<Deployment>) -> String {
         .unwrap_or_default()
 }
 
-/// The image README's install names, without its tag.
-const IMAGE: &str = "registry.example/openmed-op";
-
-/// What the image runs: the binary under test, or with
-/// `OPERATOR_IMAGE_BINARY=$(deploy/image/build-binary)` the static one the
-/// image ships (a release build for musl, about 10 minutes from nothing,
-/// so not in CI).
-fn image_binary() -> String {
-    std::env::var("OPERATOR_IMAGE_BINARY").unwrap_or_else(|_| binary().to_owned())
-}
-
-/// The release's operator pods.
-async fn release_pods(pods: &Api<Pod>) -> Vec<Pod> {
-    let selector = format!("app.kubernetes.io/instance={RELEASE}");
-    pods.list(&ListParams::default().labels(&selector))
-        .await
-        .unwrap()
-        .items
-}
-
-/// Waits until the release's pods are the chart's two, each running image
-/// tag `tag` and Ready (a pod of another tag still terminating counts
-/// against it); returns their names.
-async fn operator_pods(pods: &Api<Pod>, tag: &str) -> Vec<String> {
-    let image = format!("{IMAGE}:{tag}");
-    wait_until(
-        &format!("the chart's two operator pods on {image}, Ready"),
-        ROLLOUT,
-        || release_pods(pods),
-        |items| {
-            items.len() == 2
-                && items.iter().all(|p| {
-                    let ready = p.status.as_ref().is_some_and(|s| {
-                        s.conditions
-                            .iter()
-                            .flatten()
-                            .any(|c| c.type_ == "Ready" && c.status == "True")
-                    });
-                    let spec_image = p.spec.as_ref().and_then(|s| s.containers[0].image.clone());
-                    ready && spec_image.as_deref() == Some(image.as_str())
-                })
-        },
-    )
-    .await
-    .into_iter()
-    .filter_map(|p| p.metadata.name)
-    .collect()
-}
-
-async fn lease_holder(leases: &Api<Lease>) -> String {
-    leases
-        .get(FULLNAME)
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default()
-}
-
-/// Where the test kubelet keeps the operator pods' logs (for a timeout's
-/// message).
-fn pod_logs_hint(namespace: &str) -> String {
-    format!(
-        "{}/kubelet/pods/{namespace}_{FULLNAME}-*/operator/",
-        cluster_dir().display()
-    )
-}
-
-/// The log of the last run of pod `name`'s operator container.
-fn last_log(namespace: &str, name: &str) -> String {
-    let prefix = format!("{namespace}_{name}_");
-    let pods = cluster_dir().join("kubelet/pods");
-    let dir = std::fs::read_dir(&pods)
-        .unwrap()
-        .filter_map(Result::ok)
-        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .unwrap_or_else(|| panic!("no log folder {prefix}* in {}", pods.display()))
-        .path()
-        .join("operator");
-    let last = (0..)
-        .map(|restart| dir.join(format!("{restart}.log")))
-        .take_while(|path| path.exists())
-        .last()
-        .unwrap_or_else(|| panic!("no log in {}", dir.display()));
-    std::fs::read_to_string(last).unwrap()
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
     block_on(async {
         let client = admin().await;
         install_crd(&client).await;
-        set_image_map(
-            &client,
-            "e2e-helm",
-            &json!({IMAGE: {"entrypoint": [image_binary()], "cmd": ["run"]}}),
-        )
-        .await;
+        map_operator_image(&client, "e2e-helm").await;
         let home = TestNamespace::create(&client, "helmhome").await;
         let watched = TestNamespace::create(&client, "helmwatched").await;
         let chart = root().join("deploy/helm/openmed-operator");
@@ -256,16 +158,17 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
                 &format!("--namespace={}", watched.name),
             ]
         );
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &home.name);
-        let first = operator_pods(&pods, "0.1.0").await;
-        let env = World::of(client.clone(), watched, pod_logs_hint(&home.name));
-        let (_v1, v2) = env.v1_then_v2().await;
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &home.name);
-        let holder = lease_holder(&leases).await;
-        assert!(
-            first.iter().any(|pod| holder.starts_with(pod.as_str())),
-            "one of the chart's pods {first:?} leads through the chart's Lease: {holder}"
+        let pods = OperatorPods::new(
+            &client,
+            &home.name,
+            FULLNAME,
+            &format!("app.kubernetes.io/instance={RELEASE}"),
         );
+        let first = pods.wait_ready("0.1.0", 2).await;
+        let env = World::of(client.clone(), watched, pods.log_hint());
+        let (_v1, v2) = env.v1_then_v2().await;
+        // One of the chart's pods leads through the chart's Lease.
+        pods.wait_led_by_one_of(&first).await;
 
         // Upgrade as README's step 3 does (the tag named again, since
         // --reuse-values keeps the one set at install), with a value the
@@ -298,7 +201,7 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
             args.last().map(String::as_str),
             Some("--require-target-label")
         );
-        let second = operator_pods(&pods, "0.2.0").await;
+        let second = pods.wait_ready("0.2.0", 2).await;
         assert!(
             second.iter().all(|pod| !first.contains(pod)),
             "every pod replaced: {first:?} then {second:?}"
@@ -312,11 +215,7 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
         assert_eq!(env.status("svc").await.active_version, Some(v2.clone()));
         env.opt_in("svc").await;
         env.wait_ready("svc", &v3).await;
-        let holder = lease_holder(&leases).await;
-        assert!(
-            second.iter().any(|pod| holder.starts_with(pod.as_str())),
-            "a pod of the upgrade {second:?} leads: {holder}"
-        );
+        pods.wait_led_by_one_of(&second).await;
 
         // Uninstall: every object of the release goes, the operator's
         // access with them; the CRD and the resources stay (Helm never
@@ -331,18 +230,8 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
         let before = serving(model_pods.list(&Default::default()).await.unwrap().items);
         let generation = env.deployment("svc").await["metadata"]["generation"].clone();
         helm(&["uninstall", RELEASE, "--namespace", &home.name, "--wait"]);
-        wait_for("the operator's pods to be gone", ROLLOUT, || async {
-            release_pods(&pods).await.is_empty().then_some(())
-        })
-        .await;
-        for pod in first.iter().chain(&second) {
-            let log = last_log(&home.name, pod);
-            assert!(
-                log.contains("\"stopped\""),
-                "operator pod {pod} stopped cleanly; its log ends:\n{}",
-                tail(&log, 15)
-            );
-        }
+        pods.wait_gone().await;
+        pods.assert_stopped_cleanly(&[first, second].concat());
         assert_eq!(
             env.deployment("svc").await["metadata"]["generation"],
             generation,

@@ -21,6 +21,7 @@ mod helm;
 mod kubelet;
 mod leader;
 mod operator;
+mod operator_pods;
 mod plugin;
 mod render;
 mod snapshots;
