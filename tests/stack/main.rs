@@ -22,6 +22,7 @@ mod crash;
 mod ports;
 mod quality;
 mod recreate;
+mod retry;
 mod rollout;
 
 use libtest_mimic::{Arguments, Trial};
@@ -36,6 +37,7 @@ fn main() {
     trials.extend(recreate::trials());
     trials.extend(quality::trials());
     trials.extend(ports::trials());
+    trials.extend(retry::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && app::start_stack();
     let conclusion = libtest_mimic::run(&args, trials);
