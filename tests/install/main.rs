@@ -45,17 +45,42 @@ use env::World;
 use operator_pods::{OperatorPods, map_operator_image};
 use support::*;
 
-const TEST: &str = "install::kustomize_install_upgrade_and_uninstall_as_the_readme_prints";
+/// One way to install, as README's blocks say it, by the lines that come
+/// before them.
+struct Way {
+    test: &'static str,
+    install: &'static str,
+    upgrade: &'static str,
+    uninstall: &'static str,
+}
+
+const KUSTOMIZE: Way = Way {
+    test: "install::kustomize_install_upgrade_and_uninstall_as_the_readme_prints",
+    install: "**2a. With kustomize**",
+    upgrade: "With kustomize, the CRD, then the new image",
+    uninstall: "Then the operator, with kustomize:",
+};
+
+const HELM: Way = Way {
+    test: "install::helm_install_upgrade_and_uninstall_as_the_readme_prints",
+    install: "**2b. Or with Helm**",
+    upgrade: "**3. Upgrade.**",
+    uninstall: "or with Helm:",
+};
 
 fn main() {
     support::use_cluster_dir(support::root().join("target/install"));
-    let args = Arguments::from_args();
-    let trials = vec![Trial::test(TEST, || {
-        support::recorded(
-            TEST,
-            kustomize_install_upgrade_and_uninstall_as_the_readme_prints,
-        )
-    })];
+    let mut args = Arguments::from_args();
+    // Each install is cluster-wide: one at a time.
+    args.test_threads = Some(1);
+    let trials = [KUSTOMIZE, HELM]
+        .into_iter()
+        .map(|way| {
+            Trial::test(way.test, move || {
+                support::recorded(way.test, move || install_upgrade_and_uninstall(&way))
+            })
+        })
+        .collect::<Vec<_>>();
     let run = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = run && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);
@@ -88,17 +113,19 @@ fn readme_block(label: &str) -> String {
 const BLOCK_DEADLINE: Duration = Duration::from_secs(240);
 
 /// Runs README's block after `label` in `dir` with bash (`set -e`, so the
-/// first failing command fails it), kubectl and kustomize first on PATH
-/// and KUBECONFIG set; polls it to the end within [`BLOCK_DEADLINE`].
+/// first failing command fails it), kubectl, kustomize and helm first on
+/// PATH, KUBECONFIG set and helm's folders in `dir`; polls it to the end within [`BLOCK_DEADLINE`].
 fn run_readme_block(dir: &Path, label: &str) {
     let block = readme_block(label);
-    eprintln!("{TEST}: running README's block after {label:?}:\n{block}");
+    eprintln!("install: running README's block after {label:?}:\n{block}");
     let kustomize = built_tools("tests/gitops/build");
+    let helm = built_tools("tests/helm/build").join("bin");
     let kubectl = kubectl_binary();
     let path = format!(
-        "{}:{}:{}",
+        "{}:{}:{}:{}",
         kubectl.parent().unwrap().display(),
         kustomize.display(),
+        helm.display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let log = dir.join("commands.log");
@@ -115,6 +142,9 @@ fn run_readme_block(dir: &Path, label: &str) {
         .current_dir(dir)
         .env("PATH", path)
         .env("KUBECONFIG", kubeconfig())
+        .env("HELM_CACHE_HOME", dir.join(".helm/cache"))
+        .env("HELM_CONFIG_HOME", dir.join(".helm/config"))
+        .env("HELM_DATA_HOME", dir.join(".helm/data"))
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
@@ -173,14 +203,14 @@ fn uids(pods: Vec<Pod>) -> BTreeSet<String> {
     pods.into_iter().filter_map(|p| p.metadata.uid).collect()
 }
 
-fn kustomize_install_upgrade_and_uninstall_as_the_readme_prints() {
+fn install_upgrade_and_uninstall(way: &Way) {
     block_on(async {
         let client = admin().await;
         map_operator_image(&client, "install").await;
         let copy = install_copy();
 
-        // 2a. Install.
-        run_readme_block(copy.path(), "**2a. With kustomize**");
+        // 2. Install.
+        run_readme_block(copy.path(), way.install);
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), HOME);
         assert_eq!(
             installed_image(&deployments).await,
@@ -204,7 +234,7 @@ fn kustomize_install_upgrade_and_uninstall_as_the_readme_prints() {
         let model_pods: Api<Pod> = Api::namespaced(client.clone(), &world.ns.name);
         let serving = uids(model_pods.list(&ListParams::default()).await.unwrap().items);
         let generation = world.deployment("svc").await["metadata"]["generation"].clone();
-        run_readme_block(copy.path(), "With kustomize, the CRD, then the new image");
+        run_readme_block(copy.path(), way.upgrade);
         assert_eq!(
             installed_image(&deployments).await,
             "registry.example/openmed-op:0.2.0"
@@ -234,8 +264,6 @@ fn kustomize_install_upgrade_and_uninstall_as_the_readme_prints() {
         // deletes its ConfigMaps), then the operator, whose pods stop
         // cleanly. The CRD stays.
         run_readme_block(copy.path(), "**5. Uninstall.**");
-        let (ok, _, err) = kubectl(&["get", "crd", "openmedmodels.openmed.ai"]);
-        assert!(ok, "the CRD stays: {err}");
         assert!(world.models().get_opt("svc").await.unwrap().is_none());
         let released = world.deployment("svc").await;
         let container = &released["spec"]["template"]["spec"]["containers"][0];
@@ -263,11 +291,18 @@ fn kustomize_install_upgrade_and_uninstall_as_the_readme_prints() {
             .filter_map(|c| c.metadata.name)
             .collect();
         assert!(left.is_empty(), "the model's ConfigMaps deleted: {left:?}");
+        run_readme_block(copy.path(), way.uninstall);
+        let (ok, _, err) = kubectl(&["get", "crd", "openmedmodels.openmed.ai"]);
+        assert!(ok, "the CRD stays: {err}");
         pods.wait_gone().await;
         pods.assert_stopped_cleanly(&[first, second].concat());
         assert!(deployments.get_opt(NAME).await.unwrap().is_none());
         let (ok, _, _) = kubectl(&["get", "clusterrole", NAME]);
         assert!(!ok, "the operator's ClusterRole is gone");
         world.finish().await;
+        // Not a README step: Helm leaves the namespace it was installed
+        // into, and the next install (or run) creates it again.
+        let (ok, _, err) = kubectl(&["delete", "namespace", HOME, "--ignore-not-found"]);
+        assert!(ok, "{err}");
     });
 }
