@@ -325,6 +325,7 @@ async fn run_scope(
 ) {
     let client = &clients.watches;
     let synced = Arc::new(Synced::default());
+    let written = Arc::new(recent::Written::default());
     let (deployments, deployment_writer) = reflector::store();
     let deployments = ByNamespace::new(deployments);
     let deployment_events = observed(
@@ -343,6 +344,10 @@ async fn run_scope(
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::Deployments, e)
+    })
+    .inspect({
+        let written = written.clone();
+        move |e| written.deployments.watch_event(e)
     })
     .touched_objects();
 
@@ -364,6 +369,10 @@ async fn run_scope(
     .inspect({
         let synced = synced.clone();
         move |e| synced.observe(Cache::ConfigMaps, e)
+    })
+    .inspect({
+        let written = written.clone();
+        move |e| written.config_maps.watch_event(e)
     })
     .touched_objects();
 
@@ -461,6 +470,10 @@ async fn run_scope(
         move |e| synced.observe(Cache::Models, e)
     })
     .inspect({
+        let written = written.clone();
+        move |e| written.models.watch_event(e)
+    })
+    .inspect({
         // Event counts go with their resource, whoever deleted it.
         let (recorder, models) = (recorder.clone(), models.clone());
         move |e| match e {
@@ -498,7 +511,7 @@ async fn run_scope(
         fence: fence.clone(),
         synced,
         prober,
-        written: recent::Written::default(),
+        written,
         settled: settled::Settled::default(),
     });
     {

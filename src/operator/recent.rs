@@ -19,14 +19,21 @@
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
+use kube::runtime::watcher;
 
-/// How long a write is remembered at most: long enough for any watch to
-/// deliver it, short enough that objects which leave a cache's selector
-/// (a released Deployment) do not stay.
+/// How long a write is remembered at most while its kind's watch works:
+/// long enough for a working watch to deliver it, short enough that
+/// objects which leave a cache's selector (a released Deployment) do not
+/// stay. While the watch is broken (the API server restarting) nothing
+/// expires: the cache cannot have caught up, and a write forgotten then
+/// made the operator take its own ConfigMap, created while the watch was
+/// down, for one another writer had deleted ("DriftCorrected" two
+/// minutes after an API server restart, in the chaos suite).
 const KEEP: Duration = Duration::from_secs(120);
 
 /// The operator's recent writes, per kind it decides on.
@@ -96,6 +103,9 @@ pub struct Recent<K> {
     entries: Mutex<State<K>>,
     /// What is dropped of an object before it is kept (as its cache does).
     trim: fn(&mut K),
+    /// The kind's watch failed, or is listing again, and has not delivered
+    /// a full list or an event since ([`Recent::watch_event`]).
+    behind: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -114,7 +124,29 @@ impl<K> Recent<K> {
                 swept: Instant::now(),
             }),
             trim,
+            behind: AtomicBool::new(false),
         }
+    }
+
+    /// Follows the kind's watch stream: an error or a new list puts the
+    /// cache behind, the list's end or an event brings it back.
+    pub fn watch_event<E>(&self, event: &Result<watcher::Event<K>, E>) {
+        let behind = matches!(event, Err(_) | Ok(watcher::Event::Init));
+        if matches!(
+            event,
+            Err(_)
+                | Ok(watcher::Event::Init
+                    | watcher::Event::InitDone
+                    | watcher::Event::Apply(_)
+                    | watcher::Event::Delete(_))
+        ) {
+            self.behind.store(behind, AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// Whether an entry written at `at` is too old to keep at `now`.
+    fn expired(&self, at: Instant, now: Instant) -> bool {
+        now.duration_since(at) > KEEP && !self.behind.load(AtomicOrdering::Relaxed)
     }
 }
 
@@ -137,7 +169,7 @@ impl<K: kube::Resource + Clone> Recent<K> {
         let name = object.name_any();
         let mut state = self.entries.lock().expect("recent writes");
         let now = Instant::now();
-        if now.duration_since(state.swept) > KEEP {
+        if now.duration_since(state.swept) > KEEP && !self.behind.load(AtomicOrdering::Relaxed) {
             state
                 .by_name
                 .retain(|_, e| now.duration_since(e.at) <= KEEP);
@@ -177,6 +209,16 @@ impl<K: kube::Resource + Clone> Recent<K> {
     /// operator deleted it, or neither exists). A remembered object the
     /// cache has caught up with is forgotten.
     pub fn newest(&self, namespace: &str, name: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
+        self.newest_at(namespace, name, cached, Instant::now())
+    }
+
+    fn newest_at(
+        &self,
+        namespace: &str,
+        name: &str,
+        cached: Option<Arc<K>>,
+        now: Instant,
+    ) -> Option<Arc<K>> {
         let mut state = self.entries.lock().expect("recent writes");
         let k = key(namespace, name);
         let Some(entry) = state.by_name.get(&k) else {
@@ -207,7 +249,7 @@ impl<K: kube::Resource + Clone> Recent<K> {
             }
             (Kept::Deleted { .. }, None) => (true, true),
         };
-        let expired = entry.at.elapsed() > KEEP;
+        let expired = self.expired(entry.at, now);
         let answer = if kept_wins && !expired {
             match &entry.kept {
                 Kept::Object(kept) => Some(kept.clone()),
@@ -304,6 +346,29 @@ mod tests {
         assert!(recent.names_in("c").is_empty());
         assert!(recent.holds_any_in("a") && recent.holds_any_in("ab") && recent.holds_any_in(""));
         assert!(!recent.holds_any_in("c") && !recent.holds_any_in("aa"));
+    }
+
+    #[test]
+    fn a_write_outlives_its_keep_while_its_watch_is_behind() {
+        type Event = Result<watcher::Event<ConfigMap>, ()>;
+        let recent = Recent::default();
+        recent.wrote(&cm("5", "u"));
+        let late = Instant::now() + KEEP + Duration::from_secs(1);
+        // The API server restarts: the watch fails, then lists again.
+        recent.watch_event(&Event::Err(()));
+        assert_eq!(
+            rv(recent.newest_at("ns", "m", None, late)),
+            Some("5".into())
+        );
+        recent.watch_event(&Event::Ok(watcher::Event::Init));
+        assert_eq!(
+            rv(recent.newest_at("ns", "m", None, late)),
+            Some("5".into())
+        );
+        // The list is in: an object it lacks is gone, the write expires.
+        recent.watch_event(&Event::Ok(watcher::Event::InitDone));
+        assert_eq!(rv(recent.newest_at("ns", "m", None, late)), None);
+        assert_eq!(recent.len(), 0);
     }
 
     #[test]

@@ -130,7 +130,7 @@ pub struct Context {
     /// Runs canary checks.
     pub prober: super::probe::Prober,
     /// What the operator wrote that the caches may not show yet.
-    pub written: super::recent::Written,
+    pub written: Arc<super::recent::Written>,
     /// Resources at rest, which a resync need not decide again.
     pub settled: super::settled::Settled,
 }
