@@ -131,17 +131,13 @@ impl<K> Recent<K> {
     /// Follows the kind's watch stream: an error or a new list puts the
     /// cache behind, the list's end or an event brings it back.
     pub fn watch_event<E>(&self, event: &Result<watcher::Event<K>, E>) {
-        let behind = matches!(event, Err(_) | Ok(watcher::Event::Init));
-        if matches!(
-            event,
-            Err(_)
-                | Ok(watcher::Event::Init
-                    | watcher::Event::InitDone
-                    | watcher::Event::Apply(_)
-                    | watcher::Event::Delete(_))
-        ) {
-            self.behind.store(behind, AtomicOrdering::Relaxed);
-        }
+        let behind = match event {
+            Err(_) | Ok(watcher::Event::Init) => true,
+            // Part of a list still coming: nothing changes yet.
+            Ok(watcher::Event::InitApply(_)) => return,
+            Ok(_) => false,
+        };
+        self.behind.store(behind, AtomicOrdering::Relaxed);
     }
 
     /// Whether an entry written at `at` is too old to keep at `now`.
