@@ -75,14 +75,6 @@ async fn installed_args(deployments: &Api<Deployment>) -> Vec<String> {
         .unwrap()
 }
 
-async fn installed_image(deployments: &Api<Deployment>) -> String {
-    let deployment = deployments.get(FULLNAME).await.unwrap();
-    deployment.spec.unwrap().template.spec.unwrap().containers[0]
-        .image
-        .clone()
-        .unwrap_or_default()
-}
-
 fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
     block_on(async {
         let client = admin().await;
@@ -120,10 +112,13 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
             "NOTES: {out}"
         );
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), &home.name);
-        assert_eq!(
-            installed_image(&deployments).await,
-            "registry.example/openmed-op:0.1.0"
+        let pods = OperatorPods::new(
+            &client,
+            &home.name,
+            FULLNAME,
+            &format!("app.kubernetes.io/instance={RELEASE}"),
         );
+        assert_eq!(pods.image().await, "registry.example/openmed-op:0.1.0");
 
         // The chart's identity may do the operator's work in the watched
         // namespace, and nothing cluster-wide.
@@ -158,12 +153,6 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
                 &format!("--namespace={}", watched.name),
             ]
         );
-        let pods = OperatorPods::new(
-            &client,
-            &home.name,
-            FULLNAME,
-            &format!("app.kubernetes.io/instance={RELEASE}"),
-        );
         let first = pods.wait_ready("0.1.0", 2).await;
         let env = World::of(client.clone(), watched, pods.log_hint());
         let (_v1, v2) = env.v1_then_v2().await;
@@ -192,10 +181,7 @@ fn the_chart_installs_upgrades_and_uninstalls_with_the_operator_working() {
             "2m",
         ]);
         assert!(out.contains("STATUS: deployed"), "{out}");
-        assert_eq!(
-            installed_image(&deployments).await,
-            "registry.example/openmed-op:0.2.0"
-        );
+        assert_eq!(pods.image().await, "registry.example/openmed-op:0.2.0");
         let args = installed_args(&deployments).await;
         assert_eq!(
             args.last().map(String::as_str),

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
@@ -43,6 +44,7 @@ pub async fn map_operator_image(client: &Client, owner: &str) {
 /// The operator pods of one install: its Deployment (and Lease) `name` in
 /// `namespace`, its pods found by `selector`.
 pub struct OperatorPods {
+    deployments: Api<Deployment>,
     pods: Api<Pod>,
     leases: Api<Lease>,
     namespace: String,
@@ -53,12 +55,22 @@ pub struct OperatorPods {
 impl OperatorPods {
     pub fn new(client: &Client, namespace: &str, name: &str, selector: &str) -> Self {
         OperatorPods {
+            deployments: Api::namespaced(client.clone(), namespace),
             pods: Api::namespaced(client.clone(), namespace),
             leases: Api::namespaced(client.clone(), namespace),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             selector: selector.to_owned(),
         }
+    }
+
+    /// The image the install's Deployment runs, as the API server holds it.
+    pub async fn image(&self) -> String {
+        let deployment = self.deployments.get(&self.name).await.unwrap();
+        deployment.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .clone()
+            .unwrap_or_default()
     }
 
     pub async fn list(&self) -> Vec<Pod> {

@@ -992,6 +992,24 @@ fn record_failure(name: &str, at: Option<&str>, message: &str) {
     FAILURES.lock().unwrap().push(entry);
 }
 
+/// Runs `trials` on the control plane in [`cluster_dir`], for a tier with
+/// a control plane of its own: starts it when a trial that is not ignored
+/// is selected and it is not running, stops it if this started it, prints
+/// the failures last, and exits with the result.
+#[allow(dead_code)] // the e2e tier shares its control plane; the others use this
+pub fn run_on_own_cluster(args: &libtest_mimic::Arguments, trials: Vec<libtest_mimic::Trial>) -> ! {
+    let run = trials
+        .iter()
+        .any(|t| selected(args, t.name()) && !t.has_ignored_flag());
+    let started = run && !args.list && start_cluster();
+    let conclusion = libtest_mimic::run(args, trials);
+    if started {
+        stop_cluster();
+    }
+    print_failure_summary();
+    conclusion.exit();
+}
+
 /// Prints every failure once more, last of all: a long log tail in a
 /// message must not push out why a test failed.
 pub fn print_failure_summary() {

@@ -81,14 +81,7 @@ fn main() {
             })
         })
         .collect::<Vec<_>>();
-    let run = trials.iter().any(|t| support::selected(&args, t.name()));
-    let started = run && !args.list && support::start_cluster();
-    let conclusion = libtest_mimic::run(&args, trials);
-    if started {
-        support::stop_cluster();
-    }
-    support::print_failure_summary();
-    conclusion.exit();
+    support::run_on_own_cluster(&args, trials);
 }
 
 /// The lines of the first ```sh block after the README line that starts
@@ -191,14 +184,6 @@ fn install_copy() -> tempfile::TempDir {
 const HOME: &str = "openmed-system";
 const NAME: &str = "openmed-operator";
 
-async fn installed_image(deployments: &Api<Deployment>) -> String {
-    let deployment = deployments.get(NAME).await.unwrap();
-    deployment.spec.unwrap().template.spec.unwrap().containers[0]
-        .image
-        .clone()
-        .unwrap_or_default()
-}
-
 fn uids(pods: Vec<Pod>) -> BTreeSet<String> {
     pods.into_iter().filter_map(|p| p.metadata.uid).collect()
 }
@@ -212,16 +197,13 @@ fn install_upgrade_and_uninstall(way: &Way) {
         // 2. Install.
         run_readme_block(copy.path(), way.install);
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), HOME);
-        assert_eq!(
-            installed_image(&deployments).await,
-            "registry.example/openmed-op:0.1.0"
-        );
         let pods = OperatorPods::new(
             &client,
             HOME,
             NAME,
             "app.kubernetes.io/name=openmed-operator",
         );
+        assert_eq!(pods.image().await, "registry.example/openmed-op:0.1.0");
         let first = pods.wait_ready("0.1.0", 2).await;
         pods.wait_led_by_one_of(&first).await;
         let ns = TestNamespace::create(&client, "install").await;
@@ -235,10 +217,7 @@ fn install_upgrade_and_uninstall(way: &Way) {
         let serving = uids(model_pods.list(&ListParams::default()).await.unwrap().items);
         let generation = world.deployment("svc").await["metadata"]["generation"].clone();
         run_readme_block(copy.path(), way.upgrade);
-        assert_eq!(
-            installed_image(&deployments).await,
-            "registry.example/openmed-op:0.2.0"
-        );
+        assert_eq!(pods.image().await, "registry.example/openmed-op:0.2.0");
         let second = pods.wait_ready("0.2.0", 2).await;
         assert!(
             second.iter().all(|pod| !first.contains(pod)),

@@ -54,17 +54,7 @@ fn main() {
             Trial::test(TEST, || Ok(())).with_ignored_flag(true)
         }
     };
-    let trials = vec![trial];
-    let run = trials
-        .iter()
-        .any(|t| support::selected(&args, t.name()) && !t.has_ignored_flag());
-    let started = run && !args.list && support::start_cluster();
-    let conclusion = libtest_mimic::run(&args, trials);
-    if started {
-        support::stop_cluster();
-    }
-    support::print_failure_summary();
-    conclusion.exit();
+    support::run_on_own_cluster(&args, vec![trial]);
 }
 
 /// The earlier operator's files, or why they are not here.
