@@ -84,6 +84,7 @@ pub fn stored_object(data: &[u8]) {
             measurements: &[],
             probes: &[],
             autoscaled: false,
+            autoscalers: &[],
             rivals: &[],
             claimed: &[],
             config_maps: &[],

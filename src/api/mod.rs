@@ -1,6 +1,7 @@
 //! The `OpenMedModel` API: the types, the CRD generated from them, and the one
 //! `validate` that the operator, `render` and `verify` all call.
 
+pub mod autoscaling;
 mod canary;
 mod crd;
 pub mod endpoints;
@@ -10,6 +11,7 @@ pub mod rules;
 mod types;
 mod validate;
 
+pub use autoscaling::{Autoscaling, AutoscalingStatus};
 pub use canary::{
     Analysis, AnalysisResult, BackendWeights, Canary, CanaryState, CanaryStatus, CanaryStep,
     CanaryTargetRef, Drain, Metric, Outcome, PrometheusQuery, StepKind, ThresholdRange, TrafficRef,

@@ -38,6 +38,17 @@ pub const REPLICAS_MAX: i64 = 1000;
 /// between fleet waves is a person's decision, not a timer's.
 pub const SOAK_SECONDS_MAX: i64 = 7 * 24 * 3600;
 
+/// The largest per-pod target of `spec.autoscaling` (`queueDepthPerPod`,
+/// `inflightRequestsPerPod`): far above what one pod of the service holds.
+pub const AUTOSCALING_TARGET_MAX: i64 = 100_000;
+
+/// The CEL rule (and its message) that keeps an autoscaler's bounds in
+/// order: the API server and the HorizontalPodAutoscaler refuse a minimum
+/// above the maximum only once the operator writes it.
+pub const AUTOSCALING_BOUNDS_RULE: &str = "self.minReplicas <= self.maxReplicas";
+/// Message of [`AUTOSCALING_BOUNDS_RULE`].
+pub const AUTOSCALING_BOUNDS_MESSAGE: &str = "minReplicas must not exceed maxReplicas";
+
 /// A duration as Kubernetes tools write it: whole numbers with `ms`, `s`,
 /// `m` or `h`, e.g. `30s`, `5m`, `1h30m`.
 pub const DURATION_PATTERN: &str = r"^([0-9]{1,9}(ms|s|m|h))+$";

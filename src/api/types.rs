@@ -18,6 +18,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::autoscaling::{Autoscaling, AutoscalingStatus};
 use super::canary::{Canary, CanaryStatus};
 use super::quality::QualityGate;
 use super::rules;
@@ -98,7 +99,8 @@ pub struct OpenMedModelSpec {
 
     /// Number of pods of the target Deployment (1 to 1000). Omit it to leave
     /// the Deployment's own replica count alone. Never written while a
-    /// HorizontalPodAutoscaler scales the target.
+    /// HorizontalPodAutoscaler scales the target (with `autoscaling` set,
+    /// the autoscaler owns the count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
     pub replicas: Option<i32>,
@@ -138,6 +140,17 @@ pub struct OpenMedModelSpec {
     /// operator to reach pod addresses (docs/quality.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality_gate: Option<QualityGate>,
+
+    /// Scale the target on the service's own load signals: the operator
+    /// owns a HorizontalPodAutoscaler (named as this resource) that keeps
+    /// about `queueDepthPerPod` queued and `inflightRequestsPerPod`
+    /// in-flight requests per pod, between `minReplicas` and
+    /// `maxReplicas`, and stops writing `replicas`. Removing it deletes the
+    /// autoscaler and leaves the count where it was until `replicas` says
+    /// otherwise. Needs a metrics adapter that serves the two gauges as
+    /// pod metrics (docs/autoscaling.md). Editing it starts no rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
 }
 
 /// Size tier of a model.
@@ -425,6 +438,11 @@ pub struct OpenMedModelStatus {
     /// The soak of the version last rolled out: running, or over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soak: Option<SoakStatus>,
+
+    /// The HorizontalPodAutoscaler `spec.autoscaling` asks for, as last
+    /// observed: the pods it counts and the pods it asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
 }
 
 /// A version judged for `rolloutStrategy.soakSeconds` after it turned

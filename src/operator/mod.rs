@@ -692,10 +692,15 @@ fn pod_view_hash(pod: &Pod) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// Keeps of an HPA only its identity and scale target: all `decide` asks of
-/// it is whether it scales a model's Deployment.
+/// Keeps of an HPA what decisions read: of another writer's, its identity
+/// and scale target (whether it scales a model's Deployment); of the
+/// operator's own (`spec.autoscaling`), all but the field list, to see
+/// drift and report its counts.
 fn keep_scale_target(hpa: &mut HorizontalPodAutoscaler) {
     forget_write_records(hpa);
+    if is_models(hpa) {
+        return;
+    }
     let meta = &mut hpa.metadata;
     meta.annotations = None;
     meta.labels = None;
@@ -707,12 +712,35 @@ fn keep_scale_target(hpa: &mut HorizontalPodAutoscaler) {
     }
 }
 
-/// What of an HPA wakes a model: its scale target (and its coming or going).
+/// An autoscaler that says which model it is for: the operator's own.
+fn is_models(hpa: &HorizontalPodAutoscaler) -> bool {
+    hpa.annotations().contains_key(MODEL_RESOURCE_ANNOTATION)
+}
+
+/// What of an HPA wakes a model: its scale target (and its coming or
+/// going), and of the operator's own, its spec and the counts and
+/// condition its status reports (not its metric readings, which change
+/// on every sync).
 fn scale_target(hpa: &HorizontalPodAutoscaler) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     let target = hpa.spec.as_ref().map(|s| &s.scale_target_ref);
     target.map(|t| (&t.kind, &t.name)).hash(&mut hasher);
+    if is_models(hpa) {
+        serde_json::to_string(&hpa.spec).ok().hash(&mut hasher);
+        hpa.metadata.labels.hash(&mut hasher);
+        hpa.metadata.annotations.hash(&mut hasher);
+        if let Some(status) = &hpa.status {
+            (status.current_replicas, status.desired_replicas).hash(&mut hasher);
+            let active = status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "ScalingActive")
+                .map(|c| (&c.status, &c.reason));
+            active.hash(&mut hasher);
+        }
+    }
     Some(hasher.finish())
 }
 

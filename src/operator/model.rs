@@ -131,6 +131,7 @@ mod tests {
                 measurements: &[],
                 probes: &[],
                 autoscaled: false,
+                autoscalers: &[],
                 rivals: &[],
                 claimed: &[],
                 config_maps: &[],

@@ -515,6 +515,8 @@ struct World {
     config_maps: Vec<ConfigMap>,
     rivals: Vec<Rival>,
     autoscaled: bool,
+    /// The autoscalers that scale the target or carry the resource's name.
+    autoscalers: Vec<HorizontalPodAutoscaler>,
     snapshot_uses: Vec<rollout::SnapshotUse>,
     pods: Vec<rollout::pods::PodView>,
 }
@@ -803,6 +805,12 @@ fn describe(writes: &[Write]) -> String {
             }
             Write::ApplyDeployment { name, .. } => format!("apply Deployment {name}"),
             Write::MarkPod { name, .. } => format!("mark pod {name}"),
+            Write::ApplyAutoscaler(hpa) => {
+                format!("apply HorizontalPodAutoscaler {}", hpa.name_any())
+            }
+            Write::DeleteAutoscaler { name, .. } => {
+                format!("delete HorizontalPodAutoscaler {name}")
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -884,6 +892,7 @@ fn observing<T>(
 ) -> T {
     let claimed: Vec<&Deployment> = world.claimed.iter().collect();
     let config_maps: Vec<&ConfigMap> = world.config_maps.iter().collect();
+    let autoscalers: Vec<&HorizontalPodAutoscaler> = world.autoscalers.iter().collect();
     core(&Observed {
         resource: view,
         target: world.target.as_ref(),
@@ -892,6 +901,7 @@ fn observing<T>(
         measurements: &measured.readings,
         probes: &measured.probes,
         autoscaled: world.autoscaled,
+        autoscalers: &autoscalers,
         rivals: &world.rivals,
         claimed: &claimed,
         config_maps: &config_maps,
@@ -1043,11 +1053,19 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         })
         .collect();
 
-    let autoscaled = ctx.autoscalers.in_namespace(namespace).iter().any(|h| {
-        h.spec.as_ref().is_some_and(|s| {
-            s.scale_target_ref.kind == "Deployment" && s.scale_target_ref.name == target_name
+    let autoscalers: Vec<HorizontalPodAutoscaler> = ctx
+        .autoscalers
+        .in_namespace(namespace)
+        .iter()
+        .filter(|h| {
+            rollout::autoscaling::scales(h, &target_name)
+                || h.metadata.name.as_deref() == Some(view.name.as_str())
         })
-    });
+        .map(|h| (**h).clone())
+        .collect();
+    let autoscaled = autoscalers
+        .iter()
+        .any(|h| rollout::autoscaling::scales(h, &target_name));
 
     let mut snapshot_uses: Vec<rollout::SnapshotUse> = ctx
         .replica_sets
@@ -1085,6 +1103,7 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         config_maps,
         rivals,
         autoscaled,
+        autoscalers,
         snapshot_uses,
         pods,
     })
@@ -1279,6 +1298,34 @@ async fn execute(
                     // Only sent for a release: a Deployment that is gone
                     // needs none.
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Write::ApplyAutoscaler(hpa) => {
+                let api: Api<HorizontalPodAutoscaler> =
+                    Api::namespaced(ctx.client.clone(), namespace);
+                ctx.metrics.wrote("horizontalpodautoscalers", "apply");
+                let mut body = serde_json::to_value(hpa.as_ref())?;
+                body["apiVersion"] = "autoscaling/v2".into();
+                body["kind"] = "HorizontalPodAutoscaler".into();
+                api.patch(&hpa.name_any(), &apply, &Patch::Apply(&body))
+                    .await?;
+            }
+            Write::DeleteAutoscaler { name, uid } => {
+                let api: Api<HorizontalPodAutoscaler> =
+                    Api::namespaced(ctx.client.clone(), namespace);
+                let params = DeleteParams {
+                    preconditions: uid.clone().map(|uid| Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                ctx.metrics.wrote("horizontalpodautoscalers", "delete");
+                match api.delete(name, &params).await {
+                    Ok(_) => {}
+                    // Already gone, or another one since: not ours.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => return Err(e.into()),
                 }
             }

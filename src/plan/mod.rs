@@ -5,6 +5,7 @@
 //! diff shows is what the operator writes. The values match the earlier
 //! Python operator byte for byte (see the wire-compatibility vectors).
 
+pub mod autoscaler;
 pub mod canonical;
 mod config_map;
 mod deployment;
@@ -119,9 +120,9 @@ pub fn placed_as(retained: &OpenMedModelSpec, current: &OpenMedModelSpec) -> Ope
 /// The spec with every default filled in: the target defaults to the
 /// resource's name, the ConfigMap name is resolved. Idempotent.
 ///
-/// `canary` and `rolloutStrategy.soakSeconds` are left out: they say how
-/// a version is tried, not what the target serves, so editing them is no
-/// rollout, and the specs kept in the
+/// `canary`, `rolloutStrategy.soakSeconds` and `autoscaling` are left
+/// out: they say how a version is tried or how many pods serve it, not
+/// what the target serves, so editing them is no rollout, and the specs kept in the
 /// status (the rollback targets) and their hashes stay as they were.
 pub fn normalize(name: &str, spec: &OpenMedModelSpec) -> OpenMedModelSpec {
     let mut normalized = spec.clone();
@@ -139,6 +140,7 @@ pub fn normalize(name: &str, spec: &OpenMedModelSpec) -> OpenMedModelSpec {
     // Like the canary, the soak says how long a version is judged, not
     // what the target serves.
     normalized.rollout_strategy.soak_seconds = None;
+    normalized.autoscaling = None;
     normalized
 }
 

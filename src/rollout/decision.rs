@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::Value;
 
@@ -43,6 +44,18 @@ pub enum Write {
         /// Its name.
         name: String,
         /// Its UID, so a ConfigMap recreated since is not deleted.
+        uid: Option<String>,
+    },
+    /// Server-side apply of the resource's own HorizontalPodAutoscaler
+    /// (`spec.autoscaling`).
+    ApplyAutoscaler(Box<HorizontalPodAutoscaler>),
+    /// Delete the resource's own HorizontalPodAutoscaler, `spec.autoscaling`
+    /// removed (with a UID precondition when known, so one re-created
+    /// since by somebody else stays).
+    DeleteAutoscaler {
+        /// Its name.
+        name: String,
+        /// Its UID.
         uid: Option<String>,
     },
     /// A JSON merge patch of a Deployment, for the one change server-side

@@ -17,6 +17,7 @@
 //!    generation the Deployment write produced.
 
 pub mod analysis;
+pub mod autoscaling;
 mod canary;
 pub mod conditions;
 pub mod crash_loop;
@@ -35,6 +36,7 @@ pub mod soak;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
@@ -80,6 +82,9 @@ pub struct Observed<'a> {
     pub target: Option<&'a Deployment>,
     /// A HorizontalPodAutoscaler scales the target.
     pub autoscaled: bool,
+    /// The HorizontalPodAutoscalers in the resource's namespace that
+    /// scale its target or carry its name ([`autoscaling::decide`]).
+    pub autoscalers: &'a [&'a HorizontalPodAutoscaler],
     /// Other OpenMedModels naming the same Deployment.
     pub rivals: &'a [Rival],
     /// Deployments in the namespace whose `openmed.ai/model-resource`
@@ -197,6 +202,9 @@ struct Step<'a> {
     gave_up: bool,
     /// `rolloutStrategy.soakSeconds` of the valid spec (0 until read).
     soak_seconds: i64,
+    /// `spec.autoscaling` of the valid spec (unset until read): while it
+    /// is set, no plan writes `replicas`.
+    autoscaling: Option<crate::api::Autoscaling>,
 }
 
 /// Which owned things differ from the plan.
@@ -237,6 +245,7 @@ impl<'a> Step<'a> {
             landed: None,
             gave_up: false,
             soak_seconds: 0,
+            autoscaling: None,
         }
     }
 
@@ -312,7 +321,7 @@ impl<'a> Step<'a> {
             &self.obs.resource.id(),
             spec,
             TargetOptions {
-                autoscaled: self.obs.autoscaled,
+                autoscaled: self.obs.autoscaled || self.autoscaling.is_some(),
             },
         )
     }
@@ -346,6 +355,7 @@ impl<'a> Step<'a> {
             return self.invalid(&unmatched);
         }
         self.soak_seconds = i64::from(spec.rollout_strategy.soak_seconds.unwrap_or(0));
+        self.autoscaling = spec.autoscaling.clone();
         let desired = self.plan(&spec);
         self.status.desired_version = Some(desired.normalized.version.clone());
         self.status.desired_spec_hash = Some(desired.spec_hash.clone());
@@ -387,6 +397,7 @@ impl<'a> Step<'a> {
             return self.blocked(why, message);
         }
         let target = obs.target.expect("checked above");
+        self.autoscale(&wanted.deployment.name);
         // Pods that would refuse the version's name are refused before a
         // canary starts or a pod is replaced.
         if let Err((why, message)) = self.serve(&mut wanted, target) {
@@ -998,7 +1009,9 @@ impl<'a> Step<'a> {
     fn steady(&mut self, target: &Deployment, wanted: &Plan) {
         let version = &wanted.normalized.version;
         let mut message = format!("serving {version}");
-        if self.obs.autoscaled && wanted.normalized.replicas.is_some() {
+        if (self.obs.autoscaled || self.autoscaling.is_some())
+            && wanted.normalized.replicas.is_some()
+        {
             message.push_str("; spec.replicas is not applied because a HorizontalPodAutoscaler scales the Deployment");
         }
         self.status.phase = Some(Phase::Ready);
@@ -1262,6 +1275,33 @@ impl<'a> Step<'a> {
 
     /// The target cannot be acted on until something outside changes;
     /// these heal by themselves.
+    /// The autoscaler `spec.autoscaling` asks for, on the target this
+    /// resource holds ([`autoscaling::decide`]).
+    fn autoscale(&mut self, target: &str) {
+        let out = autoscaling::decide(
+            &self.obs.resource.id(),
+            target,
+            self.autoscaling.as_ref(),
+            self.obs.autoscalers,
+        );
+        self.writes.extend(out.writes);
+        self.status.autoscaling = out.status;
+        match out.condition {
+            Some((ok, why, message)) => {
+                let entering = conditions::get(&self.old.conditions, autoscaling::AUTOSCALED)
+                    .is_none_or(|c| c.reason != why);
+                if entering && why == autoscaling::reason::AUTOSCALER_CONFLICT {
+                    self.event(EventType::Warning, why, message.clone());
+                }
+                self.condition(autoscaling::AUTOSCALED, ok, why, message);
+            }
+            None => self
+                .status
+                .conditions
+                .retain(|c| c.type_ != autoscaling::AUTOSCALED),
+        }
+    }
+
     fn blocked(&mut self, why: &'static str, message: String) {
         if self.entering(why) {
             self.event(EventType::Warning, why, message.clone());

@@ -166,6 +166,7 @@ fn lenient_status(value: &Value) -> OpenMedModelStatus {
         rollback_spec: field(value, "rollbackSpec"),
         canary: field(value, "canary"),
         soak: field(value, "soak"),
+        autoscaling: field(value, "autoscaling"),
         conditions: value
             .get("conditions")
             .and_then(Value::as_array)

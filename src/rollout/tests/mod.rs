@@ -15,6 +15,7 @@ use crate::api::names::{
     REPLICAS_HANDOVER_FIELD_MANAGER,
 };
 
+mod autoscaling;
 mod canary;
 mod served;
 mod soak;
@@ -47,7 +48,10 @@ struct World {
     /// Pods with the snapshot label, as the kubelet reports them.
     pods: Vec<crate::rollout::pods::PodView>,
     rivals: Vec<Rival>,
+    /// Another writer's HorizontalPodAutoscaler scales the target.
     autoscaled: bool,
+    /// The autoscalers in the namespace, the operator's own among them.
+    autoscalers: Vec<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>,
     settings: Settings,
     now: i64,
     /// How far the API server's and controller's clock runs ahead of the
@@ -104,6 +108,7 @@ impl World {
             pods: Vec::new(),
             rivals: Vec::new(),
             autoscaled: false,
+            autoscalers: Vec::new(),
             settings: Settings::default(),
             now: 100,
             server_ahead: 0,
@@ -157,6 +162,16 @@ impl World {
             .iter()
             .chain(&self.other_routes)
             .find(|r| r["metadata"]["name"].as_str() == route_name.as_deref());
+        // As the shell reads them: those that scale the target or carry
+        // the resource's name.
+        let autoscalers: Vec<_> = self
+            .autoscalers
+            .iter()
+            .filter(|h| {
+                crate::rollout::autoscaling::scales(h, &name)
+                    || h.metadata.name.as_deref() == Some(self.resource.name.as_str())
+            })
+            .collect();
         core(&Observed {
             resource: &self.resource,
             target,
@@ -164,7 +179,11 @@ impl World {
             route,
             measurements: &self.measurements,
             probes: &self.probes,
-            autoscaled: self.autoscaled,
+            autoscaled: self.autoscaled
+                || autoscalers
+                    .iter()
+                    .any(|h| crate::rollout::autoscaling::scales(h, &name)),
+            autoscalers: &autoscalers,
             rivals: &self.rivals,
             claimed: &claimed,
             config_maps: &cms,
@@ -269,6 +288,17 @@ impl World {
             Write::DeleteConfigMap { name, .. } => {
                 self.config_maps
                     .retain(|c| c.metadata.name.as_deref() != Some(name));
+            }
+            Write::ApplyAutoscaler(hpa) => {
+                self.autoscalers
+                    .retain(|h| h.metadata.name != hpa.metadata.name);
+                let mut hpa = (**hpa).clone();
+                hpa.metadata.uid = Some(format!("hpa-{}", hpa.metadata.name.as_deref().unwrap()));
+                self.autoscalers.push(hpa);
+            }
+            Write::DeleteAutoscaler { name, .. } => {
+                self.autoscalers
+                    .retain(|h| h.metadata.name.as_deref() != Some(name));
             }
             Write::MergePatchDeployment { name, patch } => {
                 let target = self
