@@ -40,6 +40,10 @@ pub mod rule {
     /// Secret: the model's versions cannot be added to it, so its pods
     /// would refuse every client naming a new version.
     pub const SERVED_SET_REFERENCED: &str = "ServedSetReferenced";
+    /// `spec.autoscaling` on a Deployment another HorizontalPodAutoscaler
+    /// of the set scales, or with the name of one that is not the
+    /// resource's: two autoscalers of one Deployment fight.
+    pub const AUTOSCALER_CONFLICT: &str = "AutoscalerConflict";
 }
 
 /// One OpenMedModel of the set, valid and planned.
@@ -60,6 +64,11 @@ pub struct Model {
     pub snapshot_doc: Option<usize>,
     /// The canary, when the spec has one.
     pub canary: Option<CanaryModel>,
+    /// The HorizontalPodAutoscaler `spec.autoscaling` asks for.
+    pub autoscaler: Option<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>,
+    /// Index of that autoscaler's document, when the set has it (an
+    /// earlier render's output), which the plan replaces.
+    pub autoscaler_doc: Option<usize>,
 }
 
 /// A model's canary, planned against the set.
@@ -186,7 +195,7 @@ pub fn resolve_each(
                 .map(str::to_owned),
         };
         let options = TargetOptions {
-            autoscaled: index.autoscaled(&namespace, &target_name),
+            autoscaled: index.autoscaled(&namespace, &target_name) || spec.autoscaling.is_some(),
         };
         let plan = plan::plan(&id, &spec, options);
 
@@ -298,6 +307,20 @@ pub fn resolve_each(
             }
             deployment_owner.entry(key).or_insert(i);
         }
+        let autoscaler = spec
+            .autoscaling
+            .as_ref()
+            .map(|a| plan::autoscaler::autoscaler(&id, &plan.deployment.name, a));
+        let mut autoscaler_doc = None;
+        if autoscaler.is_some() {
+            match autoscaler_conflict(docs, &index, doc, &display, &id, &plan.deployment.name) {
+                Ok(found) => autoscaler_doc = found,
+                Err(finding) => {
+                    findings.push(*finding);
+                    ok = false;
+                }
+            }
+        }
         deployment_owner.entry(deployment_key).or_insert(i);
         config_map_owner.entry(config_map_key).or_insert(i);
         if ok {
@@ -309,10 +332,65 @@ pub fn resolve_each(
                 config_map_doc,
                 snapshot_doc,
                 canary,
+                autoscaler,
+                autoscaler_doc,
             });
         }
     }
     findings
+}
+
+/// The document of the resource's own autoscaler in the set, if any; or
+/// why `spec.autoscaling` cannot have one: another autoscaler of the set
+/// scales the target, or holds the name without being the resource's.
+fn autoscaler_conflict(
+    docs: &[Document],
+    index: &Index,
+    doc: &Document,
+    display: &str,
+    id: &ResourceId,
+    target: &str,
+) -> Result<Option<usize>, Box<Finding>> {
+    let is_ours = |d: &Document| {
+        d.value
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(api::names::MODEL_RESOURCE_ANNOTATION))
+            .and_then(Value::as_str)
+            == Some(id.key().as_str())
+    };
+    let refuse = |message: String| {
+        Box::new(
+            Finding::error(
+                &doc.at("spec.autoscaling"),
+                rule::AUTOSCALER_CONFLICT,
+                message,
+            )
+            .resource(display)
+            .field("spec.autoscaling"),
+        )
+    };
+    let named = index.autoscaler(&id.namespace, &id.name);
+    if let Some(n) = named
+        && !is_ours(&docs[n])
+    {
+        return Err(refuse(format!(
+            "HorizontalPodAutoscaler {} is already defined at {} and is not this resource's; rename or remove it, or remove spec.autoscaling",
+            id.name,
+            docs[n].at("metadata.name")
+        )));
+    }
+    let rivals: Vec<String> = index
+        .scaling(&id.namespace, target)
+        .filter(|&h| Some(h) != named)
+        .map(|h| docs[h].at("metadata.name").to_string())
+        .collect();
+    if !rivals.is_empty() {
+        return Err(refuse(format!(
+            "Deployment {target} is already scaled by the HorizontalPodAutoscaler at {}; two autoscalers of one Deployment fight, so remove that one or spec.autoscaling",
+            rivals.join(", ")
+        )));
+    }
+    Ok(named)
 }
 
 /// Sets the served set `plan` writes on `target` (a Deployment of the
@@ -473,6 +551,10 @@ struct Index {
     routes: HashMap<(String, String), usize>,
     services: HashMap<(String, String), usize>,
     autoscaled: HashSet<(String, String)>,
+    /// HorizontalPodAutoscalers by namespace and name, and each one's
+    /// target Deployment.
+    autoscalers: HashMap<(String, String), usize>,
+    scaled_by: Vec<((String, String), usize)>,
 }
 
 impl Index {
@@ -483,6 +565,8 @@ impl Index {
             routes: HashMap::new(),
             services: HashMap::new(),
             autoscaled: HashSet::new(),
+            autoscalers: HashMap::new(),
+            scaled_by: Vec::new(),
         };
         for (i, doc) in docs.iter().enumerate() {
             let namespace = namespace_of(doc, default_namespace).to_owned();
@@ -501,11 +585,17 @@ impl Index {
                     index.routes.entry((namespace, name)).or_insert(i);
                 }
                 (Some(v), Some("HorizontalPodAutoscaler")) if v.starts_with("autoscaling/") => {
+                    index
+                        .autoscalers
+                        .entry((namespace.clone(), name))
+                        .or_insert(i);
                     let target = doc.value.pointer("/spec/scaleTargetRef");
                     let kind = target.and_then(|t| t.get("kind")).and_then(Value::as_str);
                     let name = target.and_then(|t| t.get("name")).and_then(Value::as_str);
                     if let (Some("Deployment"), Some(name)) = (kind, name) {
-                        index.autoscaled.insert((namespace, name.to_owned()));
+                        let key = (namespace, name.to_owned());
+                        index.scaled_by.push((key.clone(), i));
+                        index.autoscaled.insert(key);
                     }
                 }
                 _ => {}
@@ -536,6 +626,24 @@ impl Index {
         self.services
             .get(&(namespace.to_owned(), name.to_owned()))
             .copied()
+    }
+
+    fn autoscaler(&self, namespace: &str, name: &str) -> Option<usize> {
+        self.autoscalers
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    /// The autoscalers of the set that scale the Deployment `name`.
+    fn scaling<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> impl Iterator<Item = usize> + 'a {
+        self.scaled_by
+            .iter()
+            .filter(move |((ns, n), _)| ns == namespace && n == name)
+            .map(|(_, i)| *i)
     }
 
     fn autoscaled(&self, namespace: &str, name: &str) -> bool {

@@ -1466,3 +1466,109 @@ fn with_base_a_new_folder_is_added_and_bad_input_writes_nothing() {
         stderr(&out)
     );
 }
+
+const AUTOSCALING: &str = "  autoscaling:\n    minReplicas: 3\n    maxReplicas: 12\n    scaleDownStabilizationSeconds: 60\n";
+
+#[test]
+fn an_autoscaled_model_renders_its_autoscaler_and_no_replicas() {
+    let dir = temp_dir(&[
+        ("model.yaml", &format!("{MODEL}{AUTOSCALING}")),
+        ("deployment.yaml", DEPLOYMENT),
+    ]);
+    let out = openmed_op(
+        &["render", "-o", "json", dir.path().to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        deployment_in(&list)["spec"]["replicas"],
+        1,
+        "the autoscaler owns the count: spec.replicas is not written"
+    );
+    let hpas: Vec<&Value> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["kind"] == "HorizontalPodAutoscaler")
+        .collect();
+    assert_eq!(hpas.len(), 1);
+    let hpa = hpas[0];
+    assert_eq!(hpa["apiVersion"], "autoscaling/v2");
+    assert_eq!(hpa["metadata"]["name"], "svc");
+    assert_eq!(hpa["metadata"]["namespace"], "team");
+    assert_eq!(
+        hpa["metadata"]["annotations"]["openmed.ai/model-resource"],
+        "team/svc"
+    );
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "svc");
+    assert_eq!(
+        (
+            hpa["spec"]["minReplicas"].clone(),
+            hpa["spec"]["maxReplicas"].clone()
+        ),
+        (3.into(), 12.into())
+    );
+    assert_eq!(
+        hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"],
+        60
+    );
+    let names: Vec<&str> = hpa["spec"]["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["pods"]["metric"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "openmed_service_admission_queue_depth",
+            "openmed_service_inflight_requests"
+        ]
+    );
+}
+
+#[test]
+fn autoscaling_on_a_deployment_another_autoscaler_scales_is_refused_at_its_line() {
+    let theirs = "\
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: svc-hpa
+  namespace: team
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: svc}
+  maxReplicas: 4
+";
+    let dir = temp_dir(&[
+        ("model.yaml", &format!("{MODEL}{AUTOSCALING}")),
+        ("deployment.yaml", DEPLOYMENT),
+        ("hpa.yaml", theirs),
+    ]);
+    let out = openmed_op(&["render", dir.path().to_str().unwrap()], None);
+    refused(&out, 1, "AutoscalerConflict");
+    assert!(stderr(&out).contains("model.yaml:11"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("hpa.yaml:4"), "{}", stderr(&out));
+}
+
+#[test]
+fn bounds_that_make_no_sense_are_refused_at_their_line() {
+    for (autoscaling, message) in [
+        (
+            "  autoscaling:\n    minReplicas: 5\n    maxReplicas: 2\n",
+            "model.yaml:12: document 1: error[InvalidSpec]: team/svc: spec.autoscaling.minReplicas: minReplicas must not exceed maxReplicas",
+        ),
+        (
+            "  autoscaling:\n    queueDepthPerPod: 0\n",
+            "model.yaml:12: document 1: error[InvalidSpec]: team/svc: spec.autoscaling.queueDepthPerPod: 0 is out of range",
+        ),
+        (
+            "  autoscaling:\n    minReplicas: 2\n    inflightRequestsPerPod: -3\n",
+            "model.yaml:13: document 1: error[InvalidSpec]: team/svc: spec.autoscaling.inflightRequestsPerPod: -3 is out of range",
+        ),
+    ] {
+        let dir = temp_dir(&[("model.yaml", &format!("{MODEL}{autoscaling}"))]);
+        let out = openmed_op(&["render", dir.path().to_str().unwrap()], None);
+        refused(&out, 1, message);
+    }
+}

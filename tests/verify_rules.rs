@@ -907,3 +907,64 @@ fn a_served_set_read_from_a_secret_is_an_error() {
     assert_eq!(f.severity, Severity::Error);
     assert!(f.message.contains("Secret models"), "{}", f.message);
 }
+
+#[test]
+fn replicas_beside_autoscaling_is_a_warning_at_replicas_saying_who_owns_the_count() {
+    let m = model("svc", "OpenMed/pii-v1")
+        .spec("  replicas: 3\n  autoscaling:\n    minReplicas: 2\n    maxReplicas: 8\n");
+    let findings = case(file("m.yaml", &[&m])).findings();
+    let f = only(&findings, rule::REPLICAS_BESIDE_AUTOSCALING);
+    assert_eq!(f.severity, Severity::Warning);
+    assert_eq!(f.field.as_deref(), Some("spec.replicas"));
+    assert_eq!(f.location.line, Some(10), "the replicas line");
+    assert!(
+        f.message
+            .contains("HorizontalPodAutoscaler svc owns the count"),
+        "{}",
+        f.message
+    );
+    none(&findings, rule::AUTOSCALED_ROLLOUT_DROPS_PODS);
+    // Either alone says nothing.
+    for extra in ["  replicas: 3\n", "  autoscaling: {maxReplicas: 8}\n"] {
+        let m = model("svc", "OpenMed/pii-v1").spec(extra);
+        let findings = case(file("m.yaml", &[&m])).findings();
+        none(&findings, rule::REPLICAS_BESIDE_AUTOSCALING);
+        none(&findings, rule::AUTOSCALED_ROLLOUT_DROPS_PODS);
+    }
+}
+
+#[test]
+fn an_autoscaled_rollout_that_may_take_pods_away_is_a_warning_at_the_strategy() {
+    for (strategy, field) in [
+        (
+            "  rolloutStrategy: {maxUnavailable: 1}\n",
+            "spec.rolloutStrategy.maxUnavailable",
+        ),
+        (
+            "  rolloutStrategy: {maxUnavailable: 25%}\n",
+            "spec.rolloutStrategy.maxUnavailable",
+        ),
+        (
+            "  rolloutStrategy: {type: Recreate}\n",
+            "spec.rolloutStrategy.type",
+        ),
+    ] {
+        let m = model("svc", "OpenMed/pii-v1")
+            .spec(&format!("{strategy}  autoscaling: {{maxReplicas: 8}}\n"));
+        let findings = case(file("m.yaml", &[&m])).findings();
+        let f = only(&findings, rule::AUTOSCALED_ROLLOUT_DROPS_PODS);
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.field.as_deref(), Some(field));
+        assert!(
+            f.message.contains("surges above the count instead"),
+            "{}",
+            f.message
+        );
+    }
+    let m = model("svc", "OpenMed/pii-v1")
+        .spec("  rolloutStrategy: {maxUnavailable: 0%}\n  autoscaling: {maxReplicas: 8}\n");
+    none(
+        &case(file("m.yaml", &[&m])).findings(),
+        rule::AUTOSCALED_ROLLOUT_DROPS_PODS,
+    );
+}

@@ -124,6 +124,9 @@ pub fn view(o: &Observed, now: Timestamp) -> String {
     if let Some(soak) = soak_line(&status, now) {
         field(&mut out, "Soak", &soak);
     }
+    if let Some(line) = autoscaling_line(model) {
+        field(&mut out, "Autoscaler", &line);
+    }
 
     if !status.conditions.is_empty() {
         out.push_str("Conditions:\n");
@@ -483,6 +486,25 @@ fn soak_line(status: &crate::api::OpenMedModelStatus, now: Timestamp) -> Option<
 }
 
 /// `5s`, `3m`, `2h`, `4d`, as kubectl prints ages.
+/// The model's own autoscaler: its name, the pods it counts and asks for,
+/// its bounds, and why it cannot scale on its metrics when it cannot.
+fn autoscaling_line(model: &OpenMedModel) -> Option<String> {
+    let asked = model.spec.autoscaling.as_ref()?;
+    let bounds = format!("{} to {} pods", asked.min_replicas, asked.max_replicas);
+    let Some(seen) = model.status.as_ref().and_then(|s| s.autoscaling.as_ref()) else {
+        return Some(format!("not written yet ({bounds})"));
+    };
+    let counts = match (seen.current_replicas, seen.desired_replicas) {
+        (Some(current), Some(desired)) => format!("{current} pods, asks for {desired}"),
+        _ => "no count reported yet".to_owned(),
+    };
+    let mut line = format!("{} {counts} ({bounds})", seen.name);
+    if let Some(why) = &seen.not_scaling {
+        line.push_str(&format!("; not scaling: {why}"));
+    }
+    Some(line)
+}
+
 fn age(then: Timestamp, now: Timestamp) -> String {
     let seconds = now.duration_since(then).as_secs().max(0);
     match seconds {
@@ -792,6 +814,44 @@ mod tests {
             events,
             pods: Vec::new(),
         }
+    }
+
+    #[test]
+    fn an_autoscaled_model_shows_what_its_autoscaler_counts_and_asks_for() {
+        let now: Timestamp = "2026-12-01T10:02:00Z".parse().unwrap();
+        let line = |autoscaling: Option<serde_json::Value>, status: serde_json::Value| {
+            let mut o = observed(status, Vec::new());
+            o.model.spec.autoscaling = autoscaling.map(|a| serde_json::from_value(a).unwrap());
+            view(&o, now)
+                .lines()
+                .find(|l| l.starts_with("Autoscaler:"))
+                .map(str::to_owned)
+        };
+        let asked = Some(json!({"minReplicas": 2, "maxReplicas": 8}));
+        assert_eq!(line(None, json!({})), None, "none asked for, no line");
+        assert_eq!(
+            line(asked.clone(), json!({})).as_deref(),
+            Some("Autoscaler: not written yet (2 to 8 pods)")
+        );
+        assert_eq!(
+            line(
+                asked.clone(),
+                json!({"autoscaling": {"name": "svc", "currentReplicas": 3, "desiredReplicas": 5}})
+            )
+            .as_deref(),
+            Some("Autoscaler: svc 3 pods, asks for 5 (2 to 8 pods)")
+        );
+        assert_eq!(
+            line(
+                asked,
+                json!({"autoscaling": {"name": "svc", "currentReplicas": 2, "desiredReplicas": 2,
+                    "notScaling": "FailedGetPodsMetric: no metrics"}})
+            )
+            .as_deref(),
+            Some(
+                "Autoscaler: svc 2 pods, asks for 2 (2 to 8 pods); not scaling: FailedGetPodsMetric: no metrics"
+            )
+        );
     }
 
     #[test]

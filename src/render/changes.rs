@@ -2,7 +2,8 @@
 //! render of the inputs at a Git revision (BASE) beside those of a render
 //! of the inputs now, compared on what the operator writes: the version
 //! pointer, its ConfigMaps, the two variables of the target container and
-//! the pod-template hash, which decides whether the pods roll.
+//! the pod-template hash, which decides whether the pods roll, and the
+//! model's own HorizontalPodAutoscaler.
 //! `render --base REV` prints it, wave by wave in a fleet (docs/fleet.md).
 
 use std::fmt::Write as _;
@@ -53,13 +54,14 @@ pub struct Field {
 type Read = fn(&SummaryRow) -> Option<String>;
 
 /// The fields compared, with how each is read off a row.
-const FIELDS: [(&str, Read); 6] = [
+const FIELDS: [(&str, Read); 7] = [
     ("version", |r| Some(r.version.clone())),
     ("ConfigMap", |r| Some(r.config_map.clone())),
     ("snapshot ConfigMap", |r| r.snapshot.clone()),
     ("OPENMED_SERVICE_PRELOAD_MODELS", |r| r.preload.clone()),
     ("OPENMED_SERVICE_SERVED_MODELS", |r| r.served.clone()),
     ("pod-template hash", |r| Some(r.pod_template_hash.clone())),
+    ("HorizontalPodAutoscaler", |r| r.autoscaler.clone()),
 ];
 
 /// Each resource of `before` and `after`, in `after`'s order, then those
@@ -155,6 +157,7 @@ mod tests {
             snapshot: Some(format!("svc-model-manifest-{hash}")),
             preload: Some(version.into()),
             served: Some(format!("{version},x")),
+            autoscaler: None,
         }
     }
 
@@ -206,7 +209,9 @@ mod tests {
             ]
         );
         assert!(changes[1].fields.is_empty());
-        assert_eq!(changes[0].fields.len(), FIELDS.len(), "every field is new");
+        // Every field it writes is new: all but the autoscaler, which it
+        // does not ask for.
+        assert_eq!(changes[0].fields.len(), FIELDS.len() - 1);
         assert!(changes[0].fields.iter().all(|f| f.before.is_none()));
         let text = text(&changes);
         assert!(
@@ -227,5 +232,20 @@ mod tests {
         let changes = between(&[row("ns/a", "v1", "h")], &[after]);
         assert_eq!((changes[0].what, changes[0].rolls), (What::Changed, false));
         assert!(text(&changes).contains("changed: no pod rolls"));
+    }
+
+    #[test]
+    fn autoscaling_added_is_one_field_and_rolls_nothing() {
+        let mut after = row("ns/a", "v1", "h");
+        after.autoscaler = Some("a: 2 to 10 pods".into());
+        let changes = between(&[row("ns/a", "v1", "h")], &[after]);
+        assert_eq!((changes[0].what, changes[0].rolls), (What::Changed, false));
+        let names: Vec<&str> = changes[0].fields.iter().map(|f| f.name).collect();
+        assert_eq!(names, ["HorizontalPodAutoscaler"]);
+        assert!(
+            text(&changes).contains("2 to 10 pods"),
+            "{}",
+            text(&changes)
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! plan them, and lays out the result as a stream a GitOps tool can apply or
 //! diff: every input document in order (non-OpenMedModels untouched), the
 //! target Deployment with the operator's fields set, and for each resource
-//! its pointer ConfigMap, the immutable snapshot its pod template reads and,
+//! its pointer ConfigMap, the immutable snapshot its pod template reads, its
+//! HorizontalPodAutoscaler when `spec.autoscaling` asks for one, and,
 //! when its Deployment is not in the input, a strategic-merge patch for
 //! kustomize `patches:`. Rendering its own output
 //! again gives the same output.
@@ -48,6 +49,7 @@ pub struct Rendered<'a> {
     as_canary: HashMap<usize, usize>,
     as_config_map: HashMap<usize, usize>,
     as_snapshot: HashMap<usize, usize>,
+    as_autoscaler: HashMap<usize, usize>,
     as_model: HashMap<usize, usize>,
     /// One row per OpenMedModel, for `--summary`.
     pub rows: Vec<SummaryRow>,
@@ -74,6 +76,9 @@ struct Planned {
     /// to the same value (strings and booleans only) at their turn.
     config_map: Box<str>,
     snapshot: Box<str>,
+    autoscaler_doc: Option<usize>,
+    /// The autoscaler `spec.autoscaling` asks for, as JSON text.
+    autoscaler: Option<Box<str>>,
     canary: Option<Box<PlannedCanary>>,
 }
 
@@ -97,6 +102,12 @@ impl Planned {
             snapshot_doc: model.snapshot_doc,
             config_map: json(&model.plan.config_map),
             snapshot: json(&model.plan.snapshot),
+            autoscaler_doc: model.autoscaler_doc,
+            autoscaler: model.autoscaler.as_ref().map(|hpa| {
+                serde_json::to_string(&autoscaler_document(hpa))
+                    .expect("an autoscaler serializes")
+                    .into_boxed_str()
+            }),
             deployment: model.plan.deployment,
             canary: model.canary.map(|c| {
                 Box::new(PlannedCanary {
@@ -113,6 +124,11 @@ impl Planned {
 
     fn snapshot(&self) -> Value {
         serde_json::from_str(&self.snapshot).expect("JSON this render wrote")
+    }
+
+    fn autoscaler(&self) -> Option<Value> {
+        let text = self.autoscaler.as_deref()?;
+        Some(serde_json::from_str(text).expect("JSON this render wrote"))
     }
 }
 
@@ -144,6 +160,10 @@ pub struct SummaryRow {
     /// the operator writes it.
     #[serde(skip)]
     pub served: Option<String>,
+    /// The HorizontalPodAutoscaler `spec.autoscaling` asks for, in a few
+    /// words (its name, bounds and per-pod targets).
+    #[serde(skip)]
+    pub autoscaler: Option<String>,
 }
 
 /// What to do for a resource whose target Deployment is not in the input.
@@ -202,6 +222,7 @@ pub fn render<'a>(
                 .and_then(|d| d.get(crate::api::names::PRELOAD_ENV))
                 .cloned(),
             served: model.plan.deployment.served.clone(),
+            autoscaler: model.autoscaler.as_ref().map(autoscaler_words),
         });
         canaries.extend(canary::report(&model, docs));
         if missing == MissingTarget::Warn {
@@ -227,6 +248,7 @@ pub fn render<'a>(
         as_canary: index(|p| p.canary.as_ref()?.target_doc),
         as_config_map: index(|p| p.config_map_doc),
         as_snapshot: index(|p| p.snapshot_doc),
+        as_autoscaler: index(|p| p.autoscaler_doc),
         as_model,
         planned,
         rows,
@@ -303,6 +325,12 @@ impl Rendered<'_> {
             documents.push(self.planned[m].config_map());
         } else if let Some(&m) = self.as_snapshot.get(&i) {
             documents.push(self.planned[m].snapshot());
+        } else if let Some(hpa) = self
+            .as_autoscaler
+            .get(&i)
+            .and_then(|&m| self.planned[m].autoscaler())
+        {
+            documents.push(hpa);
         } else {
             documents.push(doc.value.clone());
         }
@@ -313,6 +341,11 @@ impl Rendered<'_> {
             }
             if planned.snapshot_doc.is_none() {
                 documents.push(planned.snapshot());
+            }
+            if planned.autoscaler_doc.is_none()
+                && let Some(hpa) = planned.autoscaler()
+            {
+                documents.push(hpa);
             }
             if self.missing == MissingTarget::Patch {
                 if planned.target_doc.is_none() {
@@ -327,6 +360,61 @@ impl Rendered<'_> {
         }
         documents
     }
+}
+
+/// An autoscaler in the words of `render --base`: its name, bounds and
+/// targets, which is all a change of `spec.autoscaling` can move.
+fn autoscaler_words(hpa: &k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler) -> String {
+    let spec = hpa.spec.as_ref().expect("a planned autoscaler has a spec");
+    let targets: Vec<String> = spec
+        .metrics
+        .iter()
+        .flatten()
+        .map(|m| match (&m.pods, &m.resource) {
+            (Some(p), _) => format!(
+                "{} {}",
+                p.metric.name,
+                p.target
+                    .average_value
+                    .as_ref()
+                    .map_or("?", |q| q.0.as_str())
+            ),
+            (None, Some(r)) => format!(
+                "{} {}%",
+                r.name,
+                r.target.average_utilization.unwrap_or_default()
+            ),
+            (None, None) => m.type_.clone(),
+        })
+        .collect();
+    let window = spec
+        .behavior
+        .as_ref()
+        .and_then(|b| b.scale_down.as_ref())
+        .and_then(|d| d.stabilization_window_seconds)
+        .map(|s| format!(", scale-down window {s} s"))
+        .unwrap_or_default();
+    format!(
+        "{}: {} to {} pods, per pod {}{window}",
+        hpa.metadata.name.as_deref().unwrap_or_default(),
+        spec.min_replicas.unwrap_or(1),
+        spec.max_replicas,
+        targets.join(", ")
+    )
+}
+
+/// A HorizontalPodAutoscaler as a document, keys in the order people read
+/// manifests.
+fn autoscaler_document(hpa: &k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler) -> Value {
+    let mut value = serde_json::to_value(hpa).expect("an autoscaler serializes");
+    let object = value.as_object_mut().expect("an object");
+    object.insert("apiVersion".into(), "autoscaling/v2".into());
+    object.insert("kind".into(), "HorizontalPodAutoscaler".into());
+    if let Some(meta) = value.get_mut("metadata") {
+        order_keys(meta, &["name", "namespace", "labels", "annotations"]);
+    }
+    order_keys(&mut value, &["apiVersion", "kind", "metadata", "spec"]);
+    value
 }
 
 /// A ConfigMap as a document, keys in the order people read manifests.

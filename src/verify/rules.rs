@@ -75,6 +75,13 @@ pub mod rule {
     /// The served set in the tree leaves out the version the cluster runs:
     /// clients still naming it are refused by every new pod.
     pub const SERVED_SET_DROPS_RUNNING: &str = "ServedSetDropsRunning";
+    /// `spec.replicas` beside `spec.autoscaling`: the autoscaler owns the
+    /// count and the operator does not write it.
+    pub const REPLICAS_BESIDE_AUTOSCALING: &str = "ReplicasBesideAutoscaling";
+    /// `spec.autoscaling` with a rolling update that may take pods away
+    /// (`maxUnavailable` above 0): a rollout can then serve with fewer
+    /// ready pods than the autoscaler asked for.
+    pub const AUTOSCALED_ROLLOUT_DROPS_PODS: &str = "AutoscaledRolloutDropsPods";
 }
 
 /// An OpenMedModel's identity: it survives renames and moves between files.
@@ -284,6 +291,7 @@ pub fn check(input: &Input) -> Outcome {
         if let Some(model) = planned.get(&i) {
             quality_gate_port(&facts, model, input.rev, &mut findings);
             served_set(&facts, model, input.rev, status, &mut findings);
+            autoscaled(&facts, model, &mut findings);
         }
 
         resources.push(ResourceSummary {
@@ -647,6 +655,58 @@ fn service_model_id(facts: &Facts, findings: &mut Vec<Finding>) {
         .resource(facts.key.to_string())
         .field("spec.version"),
     );
+}
+
+/// With `spec.autoscaling`, what the spec says that the autoscaler
+/// overrides: `spec.replicas`, never written, and a rolling update that
+/// may take pods away below the count the autoscaler asked for.
+fn autoscaled(facts: &Facts, model: &manifests::Model, findings: &mut Vec<Finding>) {
+    let Some(hpa) = &model.autoscaler else {
+        return;
+    };
+    let name = hpa.metadata.name.as_deref().unwrap_or_default();
+    if let Some(replicas) = facts.spec().and_then(|s| s.get("replicas")) {
+        findings.push(
+            Finding::warning(
+                &facts.doc.at("spec.replicas"),
+                rule::REPLICAS_BESIDE_AUTOSCALING,
+                format!(
+                    "spec.replicas ({replicas}) is not written while spec.autoscaling is set: HorizontalPodAutoscaler {name} owns the count, starting from the Deployment's own and kept within minReplicas and maxReplicas; remove spec.replicas, or keep it as the count to return to if spec.autoscaling is removed"
+                ),
+            )
+            .resource(facts.key.to_string())
+            .field("spec.replicas"),
+        );
+    }
+    let strategy = &model.plan.normalized.rollout_strategy;
+    let takes_pods = match &strategy.max_unavailable {
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n) => *n > 0,
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(p) => p != "0%",
+    };
+    if strategy.type_ == api::StrategyType::Recreate || takes_pods {
+        let (field, how) = if strategy.type_ == api::StrategyType::Recreate {
+            (
+                "spec.rolloutStrategy.type",
+                "Recreate stops every pod first",
+            )
+        } else {
+            (
+                "spec.rolloutStrategy.maxUnavailable",
+                "maxUnavailable above 0 lets it take pods away",
+            )
+        };
+        findings.push(
+            Finding::warning(
+                &facts.doc.at(field),
+                rule::AUTOSCALED_ROLLOUT_DROPS_PODS,
+                format!(
+                    "a rollout of this autoscaled model may serve with fewer ready pods than HorizontalPodAutoscaler {name} asked for: {how}; with RollingUpdate and maxUnavailable 0 (the default) it surges above the count instead"
+                ),
+            )
+            .resource(facts.key.to_string())
+            .field(field),
+        );
+    }
 }
 
 /// `spec.qualityGate.configMapRef` names a ConfigMap of the tree, in the

@@ -42,7 +42,7 @@ const DENIED: &[&[&str]] = &[
     &["get", "nodes"],
     &["update", "deployments", "-n", "default"],
     &[
-        "patch",
+        "update",
         "horizontalpodautoscalers.autoscaling",
         "-n",
         "default",
@@ -83,6 +83,18 @@ const GRANTED: &[&[&str]] = &[
     &["create", "configmaps", "-n", "default"],
     &["delete", "configmaps", "-n", "default"],
     &["list", "horizontalpodautoscalers.autoscaling", "-A"],
+    &[
+        "patch",
+        "horizontalpodautoscalers.autoscaling",
+        "-n",
+        "default",
+    ],
+    &[
+        "delete",
+        "horizontalpodautoscalers.autoscaling",
+        "-n",
+        "default",
+    ],
     &["create", "events.events.k8s.io", "-n", "default"],
 ];
 

@@ -103,10 +103,12 @@ docs/operations.md gives the reason for every rule.
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]
-# Never write replicas while an autoscaler scales the target.
+# Never write replicas while an autoscaler scales the target; with
+# spec.autoscaling, the model's own autoscaler (applied, and deleted when
+# the block is removed).
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
-  verbs: [list, watch]
+  verbs: [list, watch, create, patch, delete]
 # Canaries: read the HTTPRoute a canary names and patch its two backend
 # weights.
 - apiGroups: [gateway.networking.k8s.io]
