@@ -10,6 +10,7 @@
 //! if it started it.
 
 mod admission;
+mod autoscaling;
 mod canary;
 mod cluster;
 mod deploy;
@@ -56,6 +57,7 @@ fn main() {
     trials.extend(render::trials());
     trials.extend(kubelet::trials());
     trials.extend(soak::trials());
+    trials.extend(autoscaling::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);
