@@ -64,8 +64,11 @@ pub struct Model {
     pub snapshot_doc: Option<usize>,
     /// The canary, when the spec has one.
     pub canary: Option<CanaryModel>,
-    /// The HorizontalPodAutoscaler `spec.autoscaling` asks for.
-    pub autoscaler: Option<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>,
+    /// `spec.autoscaling`.
+    pub autoscaling: Option<api::Autoscaling>,
+    /// The object `spec.autoscaling` asks the operator to own, as a
+    /// document: a HorizontalPodAutoscaler, or a KEDA ScaledObject.
+    pub autoscaler: Option<Value>,
     /// Index of that autoscaler's document, when the set has it (an
     /// earlier render's output), which the plan replaces.
     pub autoscaler_doc: Option<usize>,
@@ -310,10 +313,22 @@ pub fn resolve_each(
         let autoscaler = spec
             .autoscaling
             .as_ref()
-            .map(|a| plan::autoscaler::autoscaler(&id, &plan.deployment.name, a));
+            .map(|a| plan::autoscaler::document(&id, &plan.deployment.name, a));
         let mut autoscaler_doc = None;
-        if autoscaler.is_some() {
-            match autoscaler_conflict(docs, &index, doc, &display, &id, &plan.deployment.name) {
+        if let Some(asked) = &spec.autoscaling {
+            let kind = match asked.keda {
+                Some(_) => "ScaledObject",
+                None => "HorizontalPodAutoscaler",
+            };
+            match autoscaler_conflict(
+                docs,
+                &index,
+                doc,
+                &display,
+                &id,
+                &plan.deployment.name,
+                kind,
+            ) {
                 Ok(found) => autoscaler_doc = found,
                 Err(finding) => {
                     findings.push(*finding);
@@ -332,6 +347,7 @@ pub fn resolve_each(
                 config_map_doc,
                 snapshot_doc,
                 canary,
+                autoscaling: spec.autoscaling.clone(),
                 autoscaler,
                 autoscaler_doc,
             });
@@ -350,6 +366,7 @@ fn autoscaler_conflict(
     display: &str,
     id: &ResourceId,
     target: &str,
+    kind: &str,
 ) -> Result<Option<usize>, Box<Finding>> {
     let is_ours = |d: &Document| {
         d.value
@@ -369,12 +386,15 @@ fn autoscaler_conflict(
             .field("spec.autoscaling"),
         )
     };
-    let named = index.autoscaler(&id.namespace, &id.name);
+    let named = match kind {
+        "ScaledObject" => index.scaled_object(&id.namespace, &id.name),
+        _ => index.autoscaler(&id.namespace, &id.name),
+    };
     if let Some(n) = named
         && !is_ours(&docs[n])
     {
         return Err(refuse(format!(
-            "HorizontalPodAutoscaler {} is already defined at {} and is not this resource's; rename or remove it, or remove spec.autoscaling",
+            "{kind} {} is already defined at {} and is not this resource's; rename or remove it, or remove spec.autoscaling",
             id.name,
             docs[n].at("metadata.name")
         )));
@@ -552,8 +572,9 @@ struct Index {
     services: HashMap<(String, String), usize>,
     autoscaled: HashSet<(String, String)>,
     /// HorizontalPodAutoscalers by namespace and name, and each one's
-    /// target Deployment.
+    /// target Deployment; KEDA ScaledObjects by namespace and name.
     autoscalers: HashMap<(String, String), usize>,
+    scaled_objects: HashMap<(String, String), usize>,
     scaled_by: Vec<((String, String), usize)>,
 }
 
@@ -566,6 +587,7 @@ impl Index {
             services: HashMap::new(),
             autoscaled: HashSet::new(),
             autoscalers: HashMap::new(),
+            scaled_objects: HashMap::new(),
             scaled_by: Vec::new(),
         };
         for (i, doc) in docs.iter().enumerate() {
@@ -583,6 +605,9 @@ impl Index {
                 }
                 (Some(v), Some("HTTPRoute")) if v.starts_with("gateway.networking.k8s.io/") => {
                     index.routes.entry((namespace, name)).or_insert(i);
+                }
+                (Some(v), Some("ScaledObject")) if v.starts_with("keda.sh/") => {
+                    index.scaled_objects.entry((namespace, name)).or_insert(i);
                 }
                 (Some(v), Some("HorizontalPodAutoscaler")) if v.starts_with("autoscaling/") => {
                     index
@@ -624,6 +649,12 @@ impl Index {
 
     fn service(&self, namespace: &str, name: &str) -> Option<usize> {
         self.services
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    fn scaled_object(&self, namespace: &str, name: &str) -> Option<usize> {
+        self.scaled_objects
             .get(&(namespace.to_owned(), name.to_owned()))
             .copied()
     }

@@ -1572,3 +1572,45 @@ fn bounds_that_make_no_sense_are_refused_at_their_line() {
         refused(&out, 1, message);
     }
 }
+
+#[test]
+fn with_keda_the_model_renders_a_scaled_object_instead() {
+    let keda = "  autoscaling:\n    maxReplicas: 6\n    keda:\n      prometheusAddress: http://prometheus.monitoring:9090\n";
+    let dir = temp_dir(&[
+        ("model.yaml", &format!("{MODEL}{keda}")),
+        ("deployment.yaml", DEPLOYMENT),
+    ]);
+    let out = openmed_op(
+        &["render", "-o", "json", dir.path().to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let kinds: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert!(!kinds.contains(&"HorizontalPodAutoscaler"), "{kinds:?}");
+    let object = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "ScaledObject")
+        .expect("a ScaledObject");
+    assert_eq!(object["apiVersion"], "keda.sh/v1alpha1");
+    assert_eq!(object["spec"]["maxReplicaCount"], 6);
+    assert_eq!(object["spec"]["scaleTargetRef"]["name"], "svc");
+    let trigger = &object["spec"]["triggers"][0];
+    assert_eq!(trigger["type"], "prometheus");
+    assert_eq!(
+        trigger["metadata"]["query"],
+        r#"sum(openmed_service_admission_queue_depth{namespace="team",pod=~"svc-[a-z0-9]+-[a-z0-9]+"})"#
+    );
+    assert_eq!(
+        trigger["metadata"]["serverAddress"],
+        "http://prometheus.monitoring:9090"
+    );
+    assert_eq!(deployment_in(&list)["spec"]["replicas"], 1);
+}

@@ -85,6 +85,7 @@ pub fn stored_object(data: &[u8]) {
             probes: &[],
             autoscaled: false,
             autoscalers: &[],
+            scaled_object: None,
             rivals: &[],
             claimed: &[],
             config_maps: &[],

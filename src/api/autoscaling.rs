@@ -66,6 +66,33 @@ pub struct Autoscaling {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600))]
     pub scale_down_stabilization_seconds: Option<i32>,
+
+    /// Scale through KEDA instead of a plain HorizontalPodAutoscaler, for
+    /// clusters with KEDA and no adapter that serves the gauges as pod
+    /// metrics: the operator owns a ScaledObject (named as this resource)
+    /// whose Prometheus triggers ask for the same per-pod targets, and
+    /// KEDA owns the HorizontalPodAutoscaler it makes from it
+    /// (`keda-hpa-<name>`). Needs the operator started with `--keda`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keda: Option<Keda>,
+}
+
+/// Where KEDA reads the service's gauges.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Keda {
+    /// The Prometheus that scrapes the target's pods, as KEDA reaches it,
+    /// for example `http://prometheus.monitoring:9090`.
+    #[schemars(regex(pattern = rules::HTTP_URL_PATTERN))]
+    pub prometheus_address: String,
+
+    /// PromQL label matchers that pick the target's pods' series. Default:
+    /// `namespace="<namespace>",pod=~"<deployment>-[a-z0-9]+-[a-z0-9]+"`,
+    /// the pods of the target's ReplicaSets under the usual `namespace`
+    /// and `pod` labels of a Kubernetes scrape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub series_selector: Option<String>,
 }
 
 impl Default for Autoscaling {
@@ -77,6 +104,7 @@ impl Default for Autoscaling {
             inflight_requests_per_pod: default_inflight_requests_per_pod(),
             cpu_utilization_percent: None,
             scale_down_stabilization_seconds: None,
+            keda: None,
         }
     }
 }

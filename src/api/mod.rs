@@ -11,7 +11,7 @@ pub mod rules;
 mod types;
 mod validate;
 
-pub use autoscaling::{Autoscaling, AutoscalingStatus};
+pub use autoscaling::{Autoscaling, AutoscalingStatus, Keda};
 pub use canary::{
     Analysis, AnalysisResult, BackendWeights, Canary, CanaryState, CanaryStatus, CanaryStep,
     CanaryTargetRef, Drain, Metric, Outcome, PrometheusQuery, StepKind, ThresholdRange, TrafficRef,

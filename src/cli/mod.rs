@@ -341,6 +341,13 @@ struct RunArgs {
     #[arg(long = "analysis-allow", value_name = "PREFIX")]
     analysis_allow: Vec<crate::api::endpoints::AllowedPrefix>,
 
+    /// Watch KEDA ScaledObjects (keda.sh/v1alpha1), so a model with
+    /// spec.autoscaling.keda gets one. Needs KEDA's CRDs in the cluster and
+    /// RBAC on scaledobjects (Helm: keda.enabled=true). Without it nothing of
+    /// KEDA is read, and such a model says KedaNotWatched.
+    #[arg(long)]
+    keda: bool,
+
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -651,6 +658,7 @@ fn run_operator(args: RunArgs) -> u8 {
         settings: crate::rollout::Settings {
             require_target_label: args.require_target_label,
             analysis_allow: crate::api::endpoints::AllowList::new(args.analysis_allow),
+            keda: args.keda,
         },
         leader_election: args.leader_elect.then(|| crate::operator::LeaderElection {
             name: args.leader_elect_resource_name.clone(),

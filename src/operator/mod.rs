@@ -24,6 +24,7 @@ mod recent;
 mod reconcile;
 mod replica_set;
 mod retry;
+mod scaled_object;
 mod settled;
 mod synced;
 
@@ -324,7 +325,7 @@ async fn run_scope(
     shutdown: futures::future::Shared<impl Future<Output = ()> + Send + 'static>,
 ) {
     let client = &clients.watches;
-    let synced = Arc::new(Synced::default());
+    let synced = Arc::new(Synced::new(options.settings.keda));
     let written = Arc::new(recent::Written::default());
     let (deployments, deployment_writer) = reflector::store();
     let deployments = ByNamespace::new(deployments);
@@ -379,7 +380,8 @@ async fn run_scope(
     // Every HPA in scope is watched (no selector can pick those that scale
     // a managed Deployment), so each is cached as its scale target alone,
     // and only a change of that target wakes a model: an autoscaler's
-    // status, rewritten every few seconds, costs nothing.
+    // status, rewritten every few seconds, costs nothing. A model's own
+    // autoscaler is kept whole, and its counts wake its model.
     let (autoscalers, autoscaler_writer) = reflector::store();
     let autoscalers = ByNamespace::new(autoscalers);
     let autoscaler_events = observed(
@@ -401,6 +403,35 @@ async fn run_scope(
     })
     .touched_objects()
     .predicate_filter(scale_target, Default::default());
+
+    // With --keda, every ScaledObject in scope (a user's of a model's name
+    // must be seen, not written over); a change wakes the model named in
+    // its annotation. Without, none is read, and nothing needs KEDA's CRD.
+    let (scaled_objects, scaled_object_writer) = reflector::store();
+    let scaled_objects = ByNamespace::new(scaled_objects);
+    let scaled_object_events = if options.settings.keda {
+        observed(
+            watcher(
+                api::<scaled_object::ScaledObject>(client, &scope),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
+            watch_name("scaledobjects", &scope),
+            health.clone(),
+            metrics.clone(),
+        )
+        .modify(forget_write_records)
+        .reflect(scaled_object_writer)
+        .inspect(scaled_objects.observer())
+        .inspect({
+            let synced = synced.clone();
+            move |e| synced.observe(Cache::ScaledObjects, e)
+        })
+        .touched_objects()
+        .boxed()
+    } else {
+        futures::stream::pending().boxed()
+    };
 
     // Only ReplicaSets whose template references a snapshot, cached as the
     // four fields read (`replica_set.rs`): their label says which snapshot
@@ -501,6 +532,7 @@ async fn run_scope(
         deployments,
         config_maps,
         autoscalers,
+        scaled_objects: options.settings.keda.then_some(scaled_objects),
         replica_sets,
         pods,
         settings: options.settings.clone(),
@@ -534,6 +566,14 @@ async fn run_scope(
                     .annotations()
                     .get(MODEL_RESOURCE_ANNOTATION)?
                     .clone();
+                let (namespace, name) = owner.split_once('/')?;
+                Some(ObjectRef::<RawModel>::new(name).within(namespace))
+            },
+        )
+        .watches_stream(
+            scaled_object_events,
+            |object: scaled_object::ScaledObject| {
+                let owner = object.annotations().get(MODEL_RESOURCE_ANNOTATION)?.clone();
                 let (namespace, name) = owner.split_once('/')?;
                 Some(ObjectRef::<RawModel>::new(name).within(namespace))
             },

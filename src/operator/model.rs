@@ -132,6 +132,7 @@ mod tests {
                 probes: &[],
                 autoscaled: false,
                 autoscalers: &[],
+                scaled_object: None,
                 rivals: &[],
                 claimed: &[],
                 config_maps: &[],

@@ -107,6 +107,8 @@ pub struct Context {
     pub config_maps: ByNamespace<CachedConfigMap>,
     /// HorizontalPodAutoscalers in scope.
     pub autoscalers: ByNamespace<HorizontalPodAutoscaler>,
+    /// KEDA ScaledObjects in scope, when watched (`--keda`).
+    pub scaled_objects: Option<ByNamespace<super::scaled_object::ScaledObject>>,
     /// ReplicaSets whose template references a snapshot (without their
     /// template).
     pub replica_sets: ByNamespace<CachedReplicaSet>,
@@ -517,6 +519,8 @@ struct World {
     autoscaled: bool,
     /// The autoscalers that scale the target or carry the resource's name.
     autoscalers: Vec<HorizontalPodAutoscaler>,
+    /// The ScaledObject of the resource's name, as JSON.
+    scaled_object: Option<serde_json::Value>,
     snapshot_uses: Vec<rollout::SnapshotUse>,
     pods: Vec<rollout::pods::PodView>,
 }
@@ -811,6 +815,11 @@ fn describe(writes: &[Write]) -> String {
             Write::DeleteAutoscaler { name, .. } => {
                 format!("delete HorizontalPodAutoscaler {name}")
             }
+            Write::ApplyScaledObject(object) => format!(
+                "apply ScaledObject {}",
+                object["metadata"]["name"].as_str().unwrap_or_default()
+            ),
+            Write::DeleteScaledObject { name, .. } => format!("delete ScaledObject {name}"),
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -902,6 +911,7 @@ fn observing<T>(
         probes: &measured.probes,
         autoscaled: world.autoscaled,
         autoscalers: &autoscalers,
+        scaled_object: world.scaled_object.as_ref(),
         rivals: &world.rivals,
         claimed: &claimed,
         config_maps: &config_maps,
@@ -1060,6 +1070,8 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         .filter(|h| {
             rollout::autoscaling::scales(h, &target_name)
                 || h.metadata.name.as_deref() == Some(view.name.as_str())
+                || h.metadata.name.as_deref()
+                    == Some(crate::plan::autoscaler::keda_autoscaler_name(&view.id()).as_str())
         })
         .map(|h| (**h).clone())
         .collect();
@@ -1104,6 +1116,13 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         rivals,
         autoscaled,
         autoscalers,
+        scaled_object: ctx.scaled_objects.as_ref().and_then(|objects| {
+            objects
+                .in_namespace(namespace)
+                .iter()
+                .find(|o| o.metadata.name.as_deref() == Some(view.name.as_str()))
+                .map(|o| o.to_value())
+        }),
         snapshot_uses,
         pods,
     })
@@ -1325,6 +1344,31 @@ async fn execute(
                 match api.delete(name, &params).await {
                     Ok(_) => {}
                     // Already gone, or another one since: not ours.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Write::ApplyScaledObject(object) => {
+                let api: Api<super::scaled_object::ScaledObject> =
+                    Api::namespaced(ctx.client.clone(), namespace);
+                ctx.metrics.wrote("scaledobjects", "apply");
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                api.patch(name, &apply, &Patch::Apply(object.as_ref()))
+                    .await?;
+            }
+            Write::DeleteScaledObject { name, uid } => {
+                let api: Api<super::scaled_object::ScaledObject> =
+                    Api::namespaced(ctx.client.clone(), namespace);
+                let params = DeleteParams {
+                    preconditions: uid.clone().map(|uid| Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                ctx.metrics.wrote("scaledobjects", "delete");
+                match api.delete(name, &params).await {
+                    Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(e) => return Err(e.into()),
                 }

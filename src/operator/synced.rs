@@ -21,25 +21,47 @@ pub enum Cache {
     Autoscalers = 8,
     ReplicaSets = 16,
     Pods = 32,
+    /// KEDA ScaledObjects, watched only with `--keda`.
+    ScaledObjects = 64,
 }
 
+/// The caches every scope has.
 const ALL: u8 = 63;
 
 /// The caches of a scope that have received a full list.
 #[derive(Debug)]
-pub struct Synced(watch::Sender<u8>);
+pub struct Synced {
+    synced: watch::Sender<u8>,
+    /// The caches this scope has.
+    required: u8,
+}
 
 impl Default for Synced {
     fn default() -> Self {
-        Synced(watch::Sender::new(0))
+        Synced {
+            synced: watch::Sender::new(0),
+            required: ALL,
+        }
     }
 }
 
 impl Synced {
+    /// The record of a scope that also watches ScaledObjects when `keda`.
+    pub fn new(keda: bool) -> Self {
+        Synced {
+            required: if keda {
+                ALL | Cache::ScaledObjects as u8
+            } else {
+                ALL
+            },
+            ..Synced::default()
+        }
+    }
+
     /// Notes `cache` as synced when `event` ends its (re)list.
     pub fn observe<K, E>(&self, cache: Cache, event: &Result<watcher::Event<K>, E>) {
         if matches!(event, Ok(watcher::Event::InitDone)) {
-            self.0.send_if_modified(|synced| {
+            self.synced.send_if_modified(|synced| {
                 let before = *synced;
                 *synced |= cache as u8;
                 *synced != before
@@ -49,8 +71,9 @@ impl Synced {
 
     /// Completes once every cache has synced.
     pub async fn all(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|synced| *synced == ALL).await;
+        let mut rx = self.synced.subscribe();
+        let required = self.required;
+        let _ = rx.wait_for(|synced| *synced & required == required).await;
     }
 }
 

@@ -5,6 +5,10 @@
 //! as the service's scaling guidance computes it), and on CPU when asked.
 //! It carries the resource's owner reference, so the garbage collector
 //! removes it with the resource even when the operator is not running.
+//!
+//! With `spec.autoscaling.keda` the operator owns a KEDA ScaledObject
+//! instead, asking for the same targets through KEDA's Prometheus scaler;
+//! KEDA makes the HorizontalPodAutoscaler (`keda-hpa-<name>`) and owns it.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +23,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use super::ResourceId;
 use crate::api::autoscaling::{INFLIGHT_METRIC, QUEUE_DEPTH_METRIC};
 use crate::api::names::{FIELD_MANAGER, MANAGED_BY_LABEL, MODEL_RESOURCE_ANNOTATION};
-use crate::api::{API_VERSION, Autoscaling, KIND};
+use crate::api::{API_VERSION, Autoscaling, KIND, Keda};
+use serde_json::{Value, json};
+
+/// The API version of KEDA's ScaledObject.
+pub const SCALED_OBJECT_API_VERSION: &str = "keda.sh/v1alpha1";
 
 /// The autoscaler's name for a resource: the resource's own name (an
 /// OpenMedModel's name is a valid HorizontalPodAutoscaler name).
@@ -113,6 +121,189 @@ pub fn autoscaler(
         }),
         status: None,
     }
+}
+
+/// The object `spec.autoscaling` asks the operator to own, as a document:
+/// the HorizontalPodAutoscaler, or with `keda` the ScaledObject.
+pub fn document(resource: &ResourceId, target: &str, autoscaling: &Autoscaling) -> Value {
+    match &autoscaling.keda {
+        Some(keda) => scaled_object(resource, target, autoscaling, keda),
+        None => serde_json::to_value(autoscaler(resource, target, autoscaling))
+            .expect("an autoscaler serializes"),
+    }
+}
+
+/// `spec.autoscaling` in a few words, as `render --base` shows a change
+/// of it: the object, its bounds and its per-pod targets.
+pub fn words(resource: &ResourceId, autoscaling: &Autoscaling) -> String {
+    let mut words = format!(
+        "{} {}: {} to {} pods, per pod {} queued and {} in flight",
+        match autoscaling.keda {
+            Some(_) => "ScaledObject",
+            None => "HorizontalPodAutoscaler",
+        },
+        autoscaler_name(resource),
+        autoscaling.min_replicas,
+        autoscaling.max_replicas,
+        autoscaling.queue_depth_per_pod,
+        autoscaling.inflight_requests_per_pod,
+    );
+    if let Some(percent) = autoscaling.cpu_utilization_percent {
+        words.push_str(&format!(", CPU {percent}%"));
+    }
+    if let Some(seconds) = autoscaling.scale_down_stabilization_seconds {
+        words.push_str(&format!(", scale-down window {seconds} s"));
+    }
+    if let Some(keda) = &autoscaling.keda {
+        words.push_str(&format!(", read from {}", keda.prometheus_address));
+        if let Some(selector) = &keda.series_selector {
+            words.push_str(&format!(" {{{selector}}}"));
+        }
+    }
+    words
+}
+
+/// The name KEDA gives the HorizontalPodAutoscaler it makes for the
+/// resource's ScaledObject (its default, `keda-hpa-<ScaledObject>`).
+pub fn keda_autoscaler_name(resource: &ResourceId) -> String {
+    format!("keda-hpa-{}", resource.name)
+}
+
+/// The KEDA ScaledObject for `autoscaling` with `keda` set, scaling the
+/// Deployment `target`: one Prometheus trigger per gauge, each the sum
+/// over the target's pods against the per-pod target as an average (what
+/// a pod metric's average is), so both modes scale alike.
+pub fn scaled_object(
+    resource: &ResourceId,
+    target: &str,
+    autoscaling: &Autoscaling,
+    keda: &Keda,
+) -> Value {
+    let selector = keda.series_selector.clone().unwrap_or_else(|| {
+        format!(
+            "namespace=\"{}\",pod=~\"{}-[a-z0-9]+-[a-z0-9]+\"",
+            resource.namespace,
+            regex_escape(target)
+        )
+    });
+    let prometheus = |name: &str, metric: &str, per_pod: i32| {
+        json!({
+            "type": "prometheus",
+            "name": name,
+            "metricType": "AverageValue",
+            "metadata": {
+                "serverAddress": keda.prometheus_address,
+                "query": format!("sum({metric}{{{selector}}})"),
+                "threshold": per_pod.to_string(),
+                // A Prometheus that answers nothing is an error, not 0:
+                // an outage must not read as no load.
+                "ignoreNullValues": "false",
+            },
+        })
+    };
+    let mut triggers = vec![
+        prometheus(
+            "queue-depth",
+            QUEUE_DEPTH_METRIC,
+            autoscaling.queue_depth_per_pod,
+        ),
+        prometheus(
+            "inflight-requests",
+            INFLIGHT_METRIC,
+            autoscaling.inflight_requests_per_pod,
+        ),
+    ];
+    if let Some(percent) = autoscaling.cpu_utilization_percent {
+        triggers.push(json!({
+            "type": "cpu",
+            "metricType": "Utilization",
+            "metadata": {"value": percent.to_string()},
+        }));
+    }
+    let mut spec = json!({
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+        "minReplicaCount": autoscaling.min_replicas,
+        "maxReplicaCount": autoscaling.max_replicas,
+        "triggers": triggers,
+    });
+    if let Some(seconds) = autoscaling.scale_down_stabilization_seconds {
+        spec["advanced"] = json!({"horizontalPodAutoscalerConfig": {
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": seconds}},
+        }});
+    }
+    let mut metadata = json!({
+        "name": autoscaler_name(resource),
+        "namespace": resource.namespace,
+        "labels": {MANAGED_BY_LABEL: FIELD_MANAGER},
+        "annotations": {MODEL_RESOURCE_ANNOTATION: resource.key()},
+    });
+    if let Some(uid) = &resource.uid {
+        metadata["ownerReferences"] = json!([{
+            "apiVersion": API_VERSION, "kind": KIND, "name": resource.name,
+            "uid": uid, "controller": true, "blockOwnerDeletion": true,
+        }]);
+    }
+    json!({
+        "apiVersion": SCALED_OBJECT_API_VERSION,
+        "kind": "ScaledObject",
+        "metadata": metadata,
+        "spec": spec,
+    })
+}
+
+/// `name` as a literal in a PromQL regular expression (RE2): a Deployment
+/// name holds `.` and `-`, and only `.` means more.
+fn regex_escape(name: &str) -> String {
+    name.replace('.', "\\\\.")
+}
+
+/// True when a ScaledObject (as JSON) is the one this resource owns.
+pub fn is_owned_scaled_object(object: &Value, resource: &ResourceId) -> bool {
+    object.pointer("/metadata/name").and_then(Value::as_str) == Some(resource.name.as_str())
+        && object
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(MODEL_RESOURCE_ANNOTATION))
+            .and_then(Value::as_str)
+            == Some(resource.key().as_str())
+}
+
+/// True when an observed ScaledObject differs from the planned one in
+/// what the plan sets: its spec (KEDA fills in no defaults there), and
+/// the labels, annotations and owner reference.
+pub fn scaled_object_drift(observed: &Value, planned: &Value) -> bool {
+    let subset = |key: &str| {
+        planned["metadata"][key]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .all(|(k, v)| observed["metadata"][key].get(k) == Some(v))
+    };
+    let owners_kept = planned["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|want| {
+            observed["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|have| have["uid"] == want["uid"])
+        });
+    !(observed["spec"] == planned["spec"]
+        && subset("labels")
+        && subset("annotations")
+        && owners_kept)
+}
+
+/// True when `hpa` is the one KEDA made for this resource's ScaledObject:
+/// KEDA's name for it, and owned by a ScaledObject of the resource's name.
+pub fn is_kedas_for(hpa: &HorizontalPodAutoscaler, resource: &ResourceId) -> bool {
+    hpa.metadata.name.as_deref() == Some(keda_autoscaler_name(resource).as_str())
+        && hpa.metadata.owner_references.iter().flatten().any(|o| {
+            o.kind == "ScaledObject"
+                && o.name == resource.name
+                && o.api_version.starts_with("keda.sh/")
+        })
 }
 
 /// True when `hpa` is the one this resource owns: its name, and the

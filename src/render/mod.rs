@@ -103,8 +103,8 @@ impl Planned {
             config_map: json(&model.plan.config_map),
             snapshot: json(&model.plan.snapshot),
             autoscaler_doc: model.autoscaler_doc,
-            autoscaler: model.autoscaler.as_ref().map(|hpa| {
-                serde_json::to_string(&autoscaler_document(hpa))
+            autoscaler: model.autoscaler.as_ref().map(|object| {
+                serde_json::to_string(&autoscaler_document(object.clone()))
                     .expect("an autoscaler serializes")
                     .into_boxed_str()
             }),
@@ -222,7 +222,10 @@ pub fn render<'a>(
                 .and_then(|d| d.get(crate::api::names::PRELOAD_ENV))
                 .cloned(),
             served: model.plan.deployment.served.clone(),
-            autoscaler: model.autoscaler.as_ref().map(autoscaler_words),
+            autoscaler: model
+                .autoscaling
+                .as_ref()
+                .map(|a| crate::plan::autoscaler::words(&model.id, a)),
         });
         canaries.extend(canary::report(&model, docs));
         if missing == MissingTarget::Warn {
@@ -362,54 +365,9 @@ impl Rendered<'_> {
     }
 }
 
-/// An autoscaler in the words of `render --base`: its name, bounds and
-/// targets, which is all a change of `spec.autoscaling` can move.
-fn autoscaler_words(hpa: &k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler) -> String {
-    let spec = hpa.spec.as_ref().expect("a planned autoscaler has a spec");
-    let targets: Vec<String> = spec
-        .metrics
-        .iter()
-        .flatten()
-        .map(|m| match (&m.pods, &m.resource) {
-            (Some(p), _) => format!(
-                "{} {}",
-                p.metric.name,
-                p.target
-                    .average_value
-                    .as_ref()
-                    .map_or("?", |q| q.0.as_str())
-            ),
-            (None, Some(r)) => format!(
-                "{} {}%",
-                r.name,
-                r.target.average_utilization.unwrap_or_default()
-            ),
-            (None, None) => m.type_.clone(),
-        })
-        .collect();
-    let window = spec
-        .behavior
-        .as_ref()
-        .and_then(|b| b.scale_down.as_ref())
-        .and_then(|d| d.stabilization_window_seconds)
-        .map(|s| format!(", scale-down window {s} s"))
-        .unwrap_or_default();
-    format!(
-        "{}: {} to {} pods, per pod {}{window}",
-        hpa.metadata.name.as_deref().unwrap_or_default(),
-        spec.min_replicas.unwrap_or(1),
-        spec.max_replicas,
-        targets.join(", ")
-    )
-}
-
-/// A HorizontalPodAutoscaler as a document, keys in the order people read
-/// manifests.
-fn autoscaler_document(hpa: &k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler) -> Value {
-    let mut value = serde_json::to_value(hpa).expect("an autoscaler serializes");
-    let object = value.as_object_mut().expect("an object");
-    object.insert("apiVersion".into(), "autoscaling/v2".into());
-    object.insert("kind".into(), "HorizontalPodAutoscaler".into());
+/// An autoscaler (a HorizontalPodAutoscaler or a ScaledObject) as a
+/// document, keys in the order people read manifests.
+fn autoscaler_document(mut value: Value) -> Value {
     if let Some(meta) = value.get_mut("metadata") {
         order_keys(meta, &["name", "namespace", "labels", "annotations"]);
     }

@@ -15,6 +15,7 @@
 //! its own.
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use serde_json::Value;
 
 use super::decision::Write;
 use crate::api::{Autoscaling, AutoscalingStatus};
@@ -36,6 +37,9 @@ pub mod reason {
     pub const AUTOSCALER_NOT_SCALING: &str = "AutoscalerNotScaling";
     /// Another autoscaler scales the target, or holds the name.
     pub const AUTOSCALER_CONFLICT: &str = "AutoscalerConflict";
+    /// `spec.autoscaling.keda`, and the operator does not watch
+    /// ScaledObjects (`--keda`).
+    pub const KEDA_NOT_WATCHED: &str = "KedaNotWatched";
 }
 
 /// What to do about the autoscaler on this pass.
@@ -51,86 +55,227 @@ pub struct Outcome {
     pub condition: Option<(bool, &'static str, String)>,
 }
 
+/// What the shell observed of autoscaling in the resource's namespace.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Seen<'a> {
+    /// The HorizontalPodAutoscalers that scale the target or carry the
+    /// resource's name (or KEDA's name for its ScaledObject's).
+    pub autoscalers: &'a [&'a HorizontalPodAutoscaler],
+    /// The ScaledObject of the resource's name, as JSON, when the operator
+    /// watches ScaledObjects (`--keda`) and it exists.
+    pub scaled_object: Option<&'a Value>,
+    /// The operator watches ScaledObjects (`--keda`).
+    pub keda: bool,
+}
+
 /// The autoscaler for `asked` (the valid spec's `autoscaling`), scaling
-/// the Deployment `target`, given every autoscaler in the namespace.
+/// the Deployment `target`.
 pub fn decide(
     resource: &ResourceId,
     target: &str,
     asked: Option<&Autoscaling>,
-    observed: &[&HorizontalPodAutoscaler],
+    seen: Seen,
 ) -> Outcome {
-    let name = autoscaler::autoscaler_name(resource);
-    let ours = observed
+    let ours = seen
+        .autoscalers
         .iter()
         .copied()
         .find(|h| autoscaler::is_owned(h, resource));
+    let our_scaled_object = seen
+        .scaled_object
+        .filter(|o| autoscaler::is_owned_scaled_object(o, resource));
+    let kedas = seen
+        .autoscalers
+        .iter()
+        .copied()
+        .find(|h| autoscaler::is_kedas_for(h, resource));
+    let delete_hpa = |h: &HorizontalPodAutoscaler| Write::DeleteAutoscaler {
+        name: autoscaler::autoscaler_name(resource),
+        uid: h.metadata.uid.clone(),
+    };
+    let delete_scaled_object = |o: &Value| Write::DeleteScaledObject {
+        name: autoscaler::autoscaler_name(resource),
+        uid: o
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
     let Some(asked) = asked else {
         return Outcome {
             writes: ours
-                .map(|h| Write::DeleteAutoscaler {
-                    name: name.clone(),
-                    uid: h.metadata.uid.clone(),
-                })
+                .map(delete_hpa)
                 .into_iter()
+                .chain(our_scaled_object.map(delete_scaled_object))
                 .collect(),
             status: None,
             condition: None,
         };
     };
-    let conflict = |message: String| Outcome {
+    let conflict = |why: &'static str, message: String| Outcome {
         writes: Vec::new(),
         status: None,
-        condition: Some((false, reason::AUTOSCALER_CONFLICT, message)),
+        condition: Some((false, why, message)),
     };
-    if ours.is_none()
-        && observed
-            .iter()
-            .any(|h| h.metadata.name.as_deref() == Some(name.as_str()))
-    {
-        return conflict(format!(
-            "a HorizontalPodAutoscaler named {name} exists and is not this resource's \
-             (no openmed.ai/model-resource: {}); the operator writes none over it: delete it \
-             to let spec.autoscaling scale Deployment {target}, or remove spec.autoscaling",
+    if let Some(message) = taken(
+        resource,
+        target,
+        asked,
+        &seen,
+        ours,
+        our_scaled_object,
+        kedas,
+    ) {
+        return conflict(reason::AUTOSCALER_CONFLICT, message);
+    }
+    let mut writes = Vec::new();
+    let (name, reporting) = match &asked.keda {
+        None => {
+            let name = autoscaler::autoscaler_name(resource);
+            writes.extend(our_scaled_object.map(delete_scaled_object));
+            if let Some(h) = kedas {
+                // Moving off KEDA: its autoscaler goes with the
+                // ScaledObject; a second one meanwhile would fight it.
+                let kedas_name = h.metadata.name.clone().unwrap_or_default();
+                return Outcome {
+                    writes,
+                    status: None,
+                    condition: Some((
+                        false,
+                        reason::AUTOSCALER_PENDING,
+                        format!("waiting for KEDA to remove {kedas_name} before {name} is written"),
+                    )),
+                };
+            }
+            let planned = autoscaler::autoscaler(resource, target, asked);
+            if ours.is_none_or(|h| autoscaler::drift(h, &planned)) {
+                writes.push(Write::ApplyAutoscaler(Box::new(planned)));
+            }
+            (name, ours)
+        }
+        Some(keda) => {
+            if !seen.keda {
+                return conflict(
+                    reason::KEDA_NOT_WATCHED,
+                    "spec.autoscaling.keda asks for a KEDA ScaledObject, and this operator runs \
+                     without --keda: it neither reads nor writes ScaledObjects; start it with \
+                     --keda (Helm: keda.enabled=true), or remove spec.autoscaling.keda"
+                        .to_owned(),
+                );
+            }
+            let name = autoscaler::keda_autoscaler_name(resource);
+            if let Some(h) = ours {
+                // Moving to KEDA: the operator's own autoscaler goes first,
+                // or KEDA's would fight it.
+                return Outcome {
+                    writes: vec![delete_hpa(h)],
+                    status: None,
+                    condition: Some((
+                        false,
+                        reason::AUTOSCALER_PENDING,
+                        format!(
+                            "removing HorizontalPodAutoscaler {} before the ScaledObject is written",
+                            autoscaler::autoscaler_name(resource)
+                        ),
+                    )),
+                };
+            }
+            let planned = autoscaler::scaled_object(resource, target, asked, keda);
+            if our_scaled_object.is_none_or(|o| autoscaler::scaled_object_drift(o, &planned)) {
+                writes.push(Write::ApplyScaledObject(Box::new(planned)));
+            }
+            (name, kedas)
+        }
+    };
+    let (status, condition) = report(&name, target, asked, reporting);
+    Outcome {
+        writes,
+        status: Some(status),
+        condition: Some(condition),
+    }
+}
+
+/// Why the target's autoscaler is not the resource's to write: another
+/// autoscaler scales the target, or one that is not the resource's holds
+/// the name the resource's would have.
+fn taken(
+    resource: &ResourceId,
+    target: &str,
+    asked: &Autoscaling,
+    seen: &Seen,
+    ours: Option<&HorizontalPodAutoscaler>,
+    our_scaled_object: Option<&Value>,
+    kedas: Option<&HorizontalPodAutoscaler>,
+) -> Option<String> {
+    let name = autoscaler::autoscaler_name(resource);
+    let writes = match asked.keda {
+        None => "HorizontalPodAutoscaler",
+        Some(_) => "ScaledObject",
+    };
+    let name_taken = match asked.keda {
+        None => {
+            ours.is_none()
+                && seen
+                    .autoscalers
+                    .iter()
+                    .any(|h| h.metadata.name.as_deref() == Some(name.as_str()))
+        }
+        Some(_) => seen.scaled_object.is_some() && our_scaled_object.is_none(),
+    };
+    if name_taken {
+        return Some(format!(
+            "a {writes} named {name} exists and is not this resource's (no openmed.ai/model-resource: {}); \
+             the operator writes none over it: delete it to let spec.autoscaling scale Deployment {target}, \
+             or remove spec.autoscaling",
             resource.key()
         ));
     }
-    let rivals: Vec<&str> = observed
+    let is_ours = |h: &HorizontalPodAutoscaler| {
+        ours.is_some_and(|o| std::ptr::eq(o, h)) || kedas.is_some_and(|k| std::ptr::eq(k, h))
+    };
+    let rivals: Vec<&str> = seen
+        .autoscalers
         .iter()
-        .filter(|h| !autoscaler::is_owned(h, resource) && scales(h, target))
+        .copied()
+        .filter(|h| !is_ours(h) && scales(h, target))
         .filter_map(|h| h.metadata.name.as_deref())
         .collect();
-    if !rivals.is_empty() {
-        return conflict(format!(
+    (!rivals.is_empty()).then(|| {
+        format!(
             "HorizontalPodAutoscaler {} already scales Deployment {target}; two autoscalers of \
              one Deployment fight and the controller then scales it on neither, so the operator \
              writes none: delete it to let spec.autoscaling scale the Deployment, or remove \
              spec.autoscaling",
             rivals.join(", ")
-        ));
-    }
-    let planned = autoscaler::autoscaler(resource, target, asked);
-    let mut writes = Vec::new();
-    if ours.is_none_or(|h| autoscaler::drift(h, &planned)) {
-        writes.push(Write::ApplyAutoscaler(Box::new(planned)));
-    }
-    let Some(ours) = ours else {
-        return Outcome {
-            writes,
-            status: Some(AutoscalingStatus {
-                name: name.clone(),
+        )
+    })
+}
+
+/// `status.autoscaling` and the [`AUTOSCALED`] condition from the
+/// autoscaler that scales the target for the resource (`name`), as last
+/// observed.
+fn report(
+    name: &str,
+    target: &str,
+    asked: &Autoscaling,
+    hpa: Option<&HorizontalPodAutoscaler>,
+) -> (AutoscalingStatus, (bool, &'static str, String)) {
+    let Some(hpa) = hpa else {
+        return (
+            AutoscalingStatus {
+                name: name.to_owned(),
                 current_replicas: None,
                 desired_replicas: None,
                 last_scale_time: None,
                 not_scaling: None,
-            }),
-            condition: Some((
+            },
+            (
                 false,
                 reason::AUTOSCALER_PENDING,
-                format!("HorizontalPodAutoscaler {name} is written and has not reported yet"),
-            )),
-        };
+                format!("HorizontalPodAutoscaler {name} is not there yet"),
+            ),
+        );
     };
-    let status = ours.status.as_ref();
+    let status = hpa.status.as_ref();
     let not_scaling = status
         .and_then(|s| s.conditions.as_deref())
         .and_then(|c| c.iter().find(|c| c.type_ == "ScalingActive"))
@@ -143,7 +288,7 @@ pub fn decide(
             )
         });
     let reported = AutoscalingStatus {
-        name: name.clone(),
+        name: name.to_owned(),
         current_replicas: status.and_then(|s| s.current_replicas),
         desired_replicas: status.map(|s| s.desired_replicas),
         last_scale_time: status.and_then(|s| s.last_scale_time.clone()),
@@ -176,11 +321,7 @@ pub fn decide(
             ),
         ),
     };
-    Outcome {
-        writes,
-        status: Some(reported),
-        condition: Some(condition),
-    }
+    (reported, condition)
 }
 
 /// True when `hpa` scales the Deployment `target`.
@@ -196,6 +337,13 @@ mod tests {
     use k8s_openapi::api::autoscaling::v2::{
         HorizontalPodAutoscalerCondition, HorizontalPodAutoscalerStatus,
     };
+
+    fn hpas<'a>(autoscalers: &'a [&'a HorizontalPodAutoscaler]) -> Seen<'a> {
+        Seen {
+            autoscalers,
+            ..Seen::default()
+        }
+    }
 
     fn resource() -> ResourceId {
         ResourceId {
@@ -241,7 +389,7 @@ mod tests {
     #[test]
     fn asked_for_and_missing_the_autoscaler_is_written_and_pending() {
         let asked = Autoscaling::default();
-        let out = decide(&resource(), "openmed", Some(&asked), &[]);
+        let out = decide(&resource(), "openmed", Some(&asked), hpas(&[]));
         assert!(
             matches!(&out.writes[..], [Write::ApplyAutoscaler(h)] if h.metadata.name.as_deref() == Some("deid"))
         );
@@ -255,7 +403,7 @@ mod tests {
     fn an_autoscaler_as_asked_is_not_written_again_and_its_counts_are_reported() {
         let asked = Autoscaling::default();
         let hpa = reporting(ours(&asked), 3, 5);
-        let out = decide(&resource(), "openmed", Some(&asked), &[&hpa]);
+        let out = decide(&resource(), "openmed", Some(&asked), hpas(&[&hpa]));
         assert!(out.writes.is_empty(), "{:?}", out.writes);
         let status = out.status.unwrap();
         assert_eq!(
@@ -274,7 +422,7 @@ mod tests {
         let asked = Autoscaling::default();
         let mut edited = reporting(ours(&asked), 2, 2);
         edited.spec.as_mut().unwrap().max_replicas = 50;
-        let out = decide(&resource(), "openmed", Some(&asked), &[&edited]);
+        let out = decide(&resource(), "openmed", Some(&asked), hpas(&[&edited]));
         assert!(
             matches!(&out.writes[..], [Write::ApplyAutoscaler(h)] if h.spec.as_ref().unwrap().max_replicas == 10)
         );
@@ -284,7 +432,7 @@ mod tests {
             ..asked.clone()
         };
         let hpa = reporting(ours(&asked), 2, 2);
-        let out = decide(&resource(), "openmed", Some(&raised), &[&hpa]);
+        let out = decide(&resource(), "openmed", Some(&raised), hpas(&[&hpa]));
         assert!(
             matches!(&out.writes[..], [Write::ApplyAutoscaler(h)] if h.spec.as_ref().unwrap().max_replicas == 20)
         );
@@ -299,7 +447,7 @@ mod tests {
         conditions[0].reason = Some("FailedGetPodsMetric".into());
         conditions[0].message =
             Some("unable to get metric openmed_service_inflight_requests".into());
-        let out = decide(&resource(), "openmed", Some(&asked), &[&hpa]);
+        let out = decide(&resource(), "openmed", Some(&asked), hpas(&[&hpa]));
         let (ok, why, message) = out.condition.unwrap();
         assert!(!ok);
         assert_eq!(why, reason::AUTOSCALER_NOT_SCALING);
@@ -314,7 +462,7 @@ mod tests {
     fn another_autoscaler_of_the_target_or_of_the_name_is_never_written_over() {
         let asked = Autoscaling::default();
         let theirs = stranger("openmed-hpa", "openmed");
-        let out = decide(&resource(), "openmed", Some(&asked), &[&theirs]);
+        let out = decide(&resource(), "openmed", Some(&asked), hpas(&[&theirs]));
         assert!(out.writes.is_empty());
         let (ok, why, message) = out.condition.unwrap();
         assert!(!ok);
@@ -325,20 +473,20 @@ mod tests {
         );
 
         let same_name = stranger("deid", "elsewhere");
-        let out = decide(&resource(), "openmed", Some(&asked), &[&same_name]);
+        let out = decide(&resource(), "openmed", Some(&asked), hpas(&[&same_name]));
         assert!(out.writes.is_empty());
         assert_eq!(out.condition.unwrap().1, reason::AUTOSCALER_CONFLICT);
 
         // One of another Deployment is no business of this resource.
         let unrelated = stranger("other", "elsewhere");
-        let out = decide(&resource(), "openmed", Some(&asked), &[&unrelated]);
+        let out = decide(&resource(), "openmed", Some(&asked), hpas(&[&unrelated]));
         assert!(matches!(&out.writes[..], [Write::ApplyAutoscaler(_)]));
     }
 
     #[test]
     fn removing_autoscaling_deletes_only_the_operators_own_autoscaler() {
         let hpa = reporting(ours(&Autoscaling::default()), 4, 4);
-        let out = decide(&resource(), "openmed", None, &[&hpa]);
+        let out = decide(&resource(), "openmed", None, hpas(&[&hpa]));
         assert_eq!(
             out.writes,
             vec![Write::DeleteAutoscaler {
@@ -350,7 +498,141 @@ mod tests {
         assert_eq!(out.status, None);
 
         let theirs = stranger("deid", "openmed");
-        let out = decide(&resource(), "openmed", None, &[&theirs]);
+        let out = decide(&resource(), "openmed", None, hpas(&[&theirs]));
         assert!(out.writes.is_empty(), "somebody else's autoscaler stays");
+    }
+
+    fn keda_asked() -> Autoscaling {
+        Autoscaling {
+            keda: Some(crate::api::Keda {
+                prometheus_address: "http://prometheus.monitoring:9090".into(),
+                series_selector: None,
+            }),
+            ..Autoscaling::default()
+        }
+    }
+
+    fn kedas_autoscaler(current: i32, desired: i32) -> HorizontalPodAutoscaler {
+        let mut hpa = reporting(ours(&Autoscaling::default()), current, desired);
+        hpa.metadata.name = Some("keda-hpa-deid".into());
+        hpa.metadata.annotations = None;
+        hpa.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "keda.sh/v1alpha1".into(),
+                kind: "ScaledObject".into(),
+                name: "deid".into(),
+                uid: "so-1".into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        hpa
+    }
+
+    #[test]
+    fn with_keda_the_operator_writes_a_scaled_object_and_reports_kedas_autoscaler() {
+        let asked = keda_asked();
+        let seen = |autoscalers, scaled_object| Seen {
+            autoscalers,
+            scaled_object,
+            keda: true,
+        };
+        let out = decide(&resource(), "openmed", Some(&asked), seen(&[], None));
+        let [Write::ApplyScaledObject(planned)] = &out.writes[..] else {
+            panic!("{:?}", out.writes)
+        };
+        assert_eq!(planned["kind"], "ScaledObject");
+        assert_eq!(planned["spec"]["minReplicaCount"], 2);
+        let query = planned["spec"]["triggers"][1]["metadata"]["query"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            query,
+            r#"sum(openmed_service_inflight_requests{namespace="clinic",pod=~"openmed-[a-z0-9]+-[a-z0-9]+"})"#
+        );
+        assert_eq!(planned["spec"]["triggers"][1]["metadata"]["threshold"], "8");
+        assert_eq!(out.condition.unwrap().1, reason::AUTOSCALER_PENDING);
+
+        // Written and reported on: KEDA's autoscaler is no rival, and the
+        // status counts come from it.
+        let mut stored = (**planned).clone();
+        stored["metadata"]["uid"] = "so-1".into();
+        let kedas = kedas_autoscaler(3, 4);
+        let with_kedas = [&kedas];
+        let out = decide(
+            &resource(),
+            "openmed",
+            Some(&asked),
+            seen(&with_kedas, Some(&stored)),
+        );
+        assert!(out.writes.is_empty(), "{:?}", out.writes);
+        let status = out.status.unwrap();
+        assert_eq!(status.name, "keda-hpa-deid");
+        assert_eq!(
+            (status.current_replicas, status.desired_replicas),
+            (Some(3), Some(4))
+        );
+        assert_eq!(out.condition.unwrap().1, reason::AUTOSCALER_ACTIVE);
+
+        // Back to a plain autoscaler: the ScaledObject goes, and nothing is
+        // written beside KEDA's until it has gone with it.
+        let plain = Autoscaling::default();
+        let out = decide(
+            &resource(),
+            "openmed",
+            Some(&plain),
+            seen(&with_kedas, Some(&stored)),
+        );
+        assert_eq!(
+            out.writes,
+            vec![Write::DeleteScaledObject {
+                name: "deid".into(),
+                uid: Some("so-1".into())
+            }]
+        );
+        let out = decide(&resource(), "openmed", Some(&plain), seen(&[], None));
+        assert!(matches!(&out.writes[..], [Write::ApplyAutoscaler(_)]));
+    }
+
+    #[test]
+    fn moving_to_keda_removes_the_operators_autoscaler_first() {
+        let hpa = reporting(ours(&Autoscaling::default()), 2, 2);
+        let seen = Seen {
+            autoscalers: &[&hpa],
+            scaled_object: None,
+            keda: true,
+        };
+        let out = decide(&resource(), "openmed", Some(&keda_asked()), seen);
+        assert_eq!(
+            out.writes,
+            vec![Write::DeleteAutoscaler {
+                name: "deid".into(),
+                uid: Some("h-1".into())
+            }]
+        );
+    }
+
+    #[test]
+    fn keda_without_the_watch_or_over_a_stranger_writes_nothing_and_says_why() {
+        let out = decide(&resource(), "openmed", Some(&keda_asked()), Seen::default());
+        assert!(out.writes.is_empty());
+        let (ok, why, message) = out.condition.unwrap();
+        assert!(!ok);
+        assert_eq!(why, reason::KEDA_NOT_WATCHED);
+        assert!(message.contains("--keda"), "{message}");
+
+        let stranger = serde_json::json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": "deid", "namespace": "clinic"}, "spec": {}});
+        let seen = Seen {
+            autoscalers: &[],
+            scaled_object: Some(&stranger),
+            keda: true,
+        };
+        let out = decide(&resource(), "openmed", Some(&keda_asked()), seen);
+        assert!(out.writes.is_empty());
+        assert_eq!(out.condition.unwrap().1, reason::AUTOSCALER_CONFLICT);
+        // And removing autoscaling never deletes it.
+        let out = decide(&resource(), "openmed", None, seen);
+        assert!(out.writes.is_empty());
     }
 }

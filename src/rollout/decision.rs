@@ -58,6 +58,17 @@ pub enum Write {
         /// Its UID.
         uid: Option<String>,
     },
+    /// Server-side apply of the resource's own KEDA ScaledObject
+    /// (`spec.autoscaling.keda`), as JSON.
+    ApplyScaledObject(Box<Value>),
+    /// Delete the resource's own ScaledObject (with a UID precondition
+    /// when known); KEDA then deletes the autoscaler it made from it.
+    DeleteScaledObject {
+        /// Its name.
+        name: String,
+        /// Its UID.
+        uid: Option<String>,
+    },
     /// A JSON merge patch of a Deployment, for the one change server-side
     /// apply cannot make (see `DeploymentFields::strategy_reset`).
     MergePatchDeployment {

@@ -62,6 +62,9 @@ pub struct Settings {
     /// The analysis endpoints the operator may call (`--analysis-allow`);
     /// empty: none.
     pub analysis_allow: crate::api::endpoints::AllowList,
+    /// The operator watches KEDA ScaledObjects (`--keda`), so
+    /// `spec.autoscaling.keda` can be carried out.
+    pub keda: bool,
 }
 
 /// Another OpenMedModel that names the same target Deployment.
@@ -85,6 +88,9 @@ pub struct Observed<'a> {
     /// The HorizontalPodAutoscalers in the resource's namespace that
     /// scale its target or carry its name ([`autoscaling::decide`]).
     pub autoscalers: &'a [&'a HorizontalPodAutoscaler],
+    /// The KEDA ScaledObject of the resource's name, as JSON, when the
+    /// operator watches them ([`Settings::keda`]) and it exists.
+    pub scaled_object: Option<&'a Value>,
     /// Other OpenMedModels naming the same Deployment.
     pub rivals: &'a [Rival],
     /// Deployments in the namespace whose `openmed.ai/model-resource`
@@ -1282,7 +1288,11 @@ impl<'a> Step<'a> {
             &self.obs.resource.id(),
             target,
             self.autoscaling.as_ref(),
-            self.obs.autoscalers,
+            autoscaling::Seen {
+                autoscalers: self.obs.autoscalers,
+                scaled_object: self.obs.scaled_object,
+                keda: self.obs.settings.keda,
+            },
         );
         self.writes.extend(out.writes);
         self.status.autoscaling = out.status;

@@ -661,10 +661,13 @@ fn service_model_id(facts: &Facts, findings: &mut Vec<Finding>) {
 /// overrides: `spec.replicas`, never written, and a rolling update that
 /// may take pods away below the count the autoscaler asked for.
 fn autoscaled(facts: &Facts, model: &manifests::Model, findings: &mut Vec<Finding>) {
-    let Some(hpa) = &model.autoscaler else {
+    let Some(asked) = &model.autoscaling else {
         return;
     };
-    let name = hpa.metadata.name.as_deref().unwrap_or_default();
+    let name = match asked.keda {
+        Some(_) => crate::plan::autoscaler::keda_autoscaler_name(&model.id),
+        None => crate::plan::autoscaler::autoscaler_name(&model.id),
+    };
     if let Some(replicas) = facts.spec().and_then(|s| s.get("replicas")) {
         findings.push(
             Finding::warning(

@@ -52,6 +52,8 @@ struct World {
     autoscaled: bool,
     /// The autoscalers in the namespace, the operator's own among them.
     autoscalers: Vec<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>,
+    /// The ScaledObject of the resource's name, when there is one.
+    scaled_object: Option<Value>,
     settings: Settings,
     now: i64,
     /// How far the API server's and controller's clock runs ahead of the
@@ -109,6 +111,7 @@ impl World {
             rivals: Vec::new(),
             autoscaled: false,
             autoscalers: Vec::new(),
+            scaled_object: None,
             settings: Settings::default(),
             now: 100,
             server_ahead: 0,
@@ -184,6 +187,7 @@ impl World {
                     .iter()
                     .any(|h| crate::rollout::autoscaling::scales(h, &name)),
             autoscalers: &autoscalers,
+            scaled_object: self.scaled_object.as_ref(),
             rivals: &self.rivals,
             claimed: &claimed,
             config_maps: &cms,
@@ -299,6 +303,14 @@ impl World {
             Write::DeleteAutoscaler { name, .. } => {
                 self.autoscalers
                     .retain(|h| h.metadata.name.as_deref() != Some(name));
+            }
+            Write::ApplyScaledObject(object) => {
+                let mut object = (**object).clone();
+                object["metadata"]["uid"] = json!("so-1");
+                self.scaled_object = Some(object);
+            }
+            Write::DeleteScaledObject { .. } => {
+                self.scaled_object = None;
             }
             Write::MergePatchDeployment { name, patch } => {
                 let target = self

@@ -109,6 +109,13 @@ docs/operations.md gives the reason for every rule.
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [list, watch, create, patch, delete]
+{{- if .Values.keda.enabled }}
+# spec.autoscaling.keda: the model's own ScaledObject (--keda); KEDA makes
+# and owns the autoscaler.
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [list, watch, create, patch, delete]
+{{- end }}
 # Canaries: read the HTTPRoute a canary names and patch its two backend
 # weights.
 - apiGroups: [gateway.networking.k8s.io]
