@@ -431,6 +431,18 @@ pub struct CanaryStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drained_time: Option<Time>,
 
+    /// With `spec.autoscaling`: the stable Deployment's count when the
+    /// canary started. Until the canary has drained, the model's
+    /// autoscaler keeps at least this many stable pods, so the traffic
+    /// coming back after a promotion meets no cold start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_replicas: Option<i32>,
+
+    /// With `spec.autoscaling`: the canary Deployment's own count before
+    /// the canary sized it to its share, given back once it drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rest_replicas: Option<i32>,
+
     /// Why the canary is where it is, for a person.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,

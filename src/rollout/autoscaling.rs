@@ -324,6 +324,25 @@ fn report(
     (reported, condition)
 }
 
+/// The canary Deployment's pods for a canary with `weight` percent of the
+/// traffic while the stable Deployment has `stable` pods: its share of
+/// the stable count, rounded up, and at least one (a warming canary, at 0
+/// %, needs a pod to warm).
+pub fn canary_replicas(weight: i32, stable: i32) -> i32 {
+    let share = (i64::from(weight.clamp(0, 100)) * i64::from(stable.max(0)) + 99) / 100;
+    i32::try_from(share).unwrap_or(i32::MAX).max(1)
+}
+
+/// `asked` with its minimum raised to `floor` (within its maximum): the
+/// stable pods a canary in progress keeps (`status.canary.stableReplicas`).
+pub fn with_floor(asked: &Autoscaling, floor: Option<i32>) -> Autoscaling {
+    let mut raised = asked.clone();
+    if let Some(floor) = floor {
+        raised.min_replicas = raised.min_replicas.max(floor).min(raised.max_replicas);
+    }
+    raised
+}
+
 /// True when `hpa` scales the Deployment `target`.
 pub fn scales(hpa: &HorizontalPodAutoscaler, target: &str) -> bool {
     hpa.spec.as_ref().is_some_and(|s| {
@@ -384,6 +403,29 @@ mod tests {
         hpa.metadata.annotations = None;
         hpa.metadata.owner_references = None;
         hpa
+    }
+
+    #[test]
+    fn a_canary_runs_its_share_of_the_stable_pods_and_at_least_one() {
+        assert_eq!(canary_replicas(0, 10), 1, "warming");
+        assert_eq!(canary_replicas(20, 10), 2);
+        assert_eq!(canary_replicas(20, 6), 2, "1.2 rounds up");
+        assert_eq!(canary_replicas(10, 3), 1);
+        assert_eq!(canary_replicas(50, 9), 5);
+        assert_eq!(canary_replicas(99, 1000), 990);
+    }
+
+    #[test]
+    fn a_floor_raises_the_minimum_within_the_maximum() {
+        let asked = Autoscaling {
+            min_replicas: 2,
+            max_replicas: 8,
+            ..Autoscaling::default()
+        };
+        assert_eq!(with_floor(&asked, None).min_replicas, 2);
+        assert_eq!(with_floor(&asked, Some(5)).min_replicas, 5);
+        assert_eq!(with_floor(&asked, Some(1)).min_replicas, 2);
+        assert_eq!(with_floor(&asked, Some(12)).min_replicas, 8);
     }
 
     #[test]

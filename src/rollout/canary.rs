@@ -36,6 +36,7 @@ use serde_json::Value;
 
 use super::ResourceView;
 use super::analysis::{self, Check, Subject};
+use super::autoscaling;
 use super::conditions::{DEGRADED, PROGRESSING, READY, RECONCILING, ROLLED_BACK, STALLED};
 use super::drain;
 use super::progress::{self, Progress};
@@ -189,10 +190,20 @@ impl Step<'_> {
             .as_ref()
             .map(|c| (c.promote_handled.clone(), c.abort_handled.clone()))
             .unwrap_or_default();
+        // With an autoscaler, the canary is sized to its share of the
+        // stable pods, and the stable side keeps the pods it has.
+        let counts = |d: Option<&Deployment>| {
+            self.autoscaling
+                .as_ref()
+                .and(d)
+                .map(progress::wanted_replicas)
+        };
         self.status.canary = Some(CanaryStatus {
             version: version.clone(),
             spec_hash: desired.spec_hash.clone(),
             state: CanaryState::Warming,
+            stable_replicas: counts(self.obs.target),
+            rest_replicas: counts(self.obs.canary_target),
             traffic_ref: Some(canary.traffic_ref.clone()),
             target_ref: Some(canary.target_ref.clone()),
             start_time: Some(self.obs.now.clone()),
@@ -243,6 +254,12 @@ impl Step<'_> {
         };
         let mut candidate = self.canary_plan(&desired.normalized, canary);
         self.share_snapshot(&mut candidate, stable);
+        if self.autoscaling.is_some() {
+            candidate.deployment.replicas = Some(autoscaling::canary_replicas(
+                c.weight,
+                progress::wanted_replicas(stable),
+            ));
+        }
         if let Err((_, message)) = self.serve(&mut candidate, target) {
             return self.canary_waits(&mut c, reason::CANARY_TARGET_INVALID, message);
         }
@@ -896,6 +913,7 @@ impl Step<'_> {
         if self.serve(&mut follow, target).is_err() {
             return;
         }
+        self.canary_count_back(&mut follow, target);
         let mut copy = serde_json::to_value(target).expect("a Deployment serializes");
         if follow.deployment.apply_to(&mut copy).is_err() {
             return;
@@ -903,6 +921,24 @@ impl Step<'_> {
         let changes = self.changes(&follow, target);
         if changes.any() {
             self.push_writes(&follow, target, &changes);
+        }
+    }
+
+    /// After a canary an autoscaler sized: the stable side's floor goes,
+    /// and the canary Deployment gets its own count back; once it has
+    /// it, the record goes too, and the next apply hands `replicas` back
+    /// to whoever scaled it before.
+    fn canary_count_back(&mut self, follow: &mut Plan, target: &Deployment) {
+        let Some(c) = self.status.canary.as_mut() else {
+            return;
+        };
+        c.stable_replicas = None;
+        match c.rest_replicas {
+            Some(rest) if progress::wanted_replicas(target) != rest => {
+                follow.deployment.replicas = Some(rest);
+            }
+            Some(_) => c.rest_replicas = None,
+            None => {}
         }
     }
 

@@ -1284,10 +1284,16 @@ impl<'a> Step<'a> {
     /// The autoscaler `spec.autoscaling` asks for, on the target this
     /// resource holds ([`autoscaling::decide`]).
     fn autoscale(&mut self, target: &str) {
+        // A canary in progress keeps the stable pods it started with.
+        let floor = self.status.canary.as_ref().and_then(|c| c.stable_replicas);
+        let asked = self
+            .autoscaling
+            .as_ref()
+            .map(|a| autoscaling::with_floor(a, floor));
         let out = autoscaling::decide(
             &self.obs.resource.id(),
             target,
-            self.autoscaling.as_ref(),
+            asked.as_ref(),
             autoscaling::Seen {
                 autoscalers: self.obs.autoscalers,
                 scaled_object: self.obs.scaled_object,

@@ -2077,3 +2077,98 @@ fn a_promoted_version_soaks_on_the_canary_analysis_asked_of_the_stable_backend()
     );
     assert_eq!(w.cm_version(), "v1");
 }
+
+impl World {
+    fn canary_replicas(&mut self) -> i64 {
+        self.canary_dep()["spec"]["replicas"].as_i64().unwrap()
+    }
+
+    fn autoscaler_min(&self) -> Option<i32> {
+        self.autoscalers
+            .iter()
+            .find(|h| h.metadata.name.as_deref() == Some("svc"))
+            .and_then(|h| h.spec.as_ref()?.min_replicas)
+    }
+}
+
+#[test]
+fn an_autoscaled_canary_runs_its_share_of_the_stable_pods_and_the_stable_side_keeps_its_count() {
+    let mut spec = canary_spec(
+        "v1",
+        json!([{"weight": 20, "pause": "30s"}, {"weight": 50, "pause": "30s"}]),
+        None,
+    );
+    spec["autoscaling"] = json!({"minReplicas": 2, "maxReplicas": 20});
+    let mut w = World::canary_ready(json!([{"weight": 20}]), None);
+    w.resource.spec = spec;
+    w.resource.generation += 1;
+    w.reconcile();
+    assert_eq!(w.autoscaler_min(), Some(2));
+    // The autoscaler has scaled the stable Deployment to 10.
+    w.dep()["spec"]["replicas"] = json!(10);
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+
+    w.set_version("v2");
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Warming);
+    assert_eq!(w.canary_replicas(), 1, "a warming canary runs one pod");
+    assert_eq!(w.canary_status().stable_replicas, Some(10));
+    assert_eq!(w.canary_status().rest_replicas, Some(1));
+    w.reconcile();
+    assert_eq!(
+        w.autoscaler_min(),
+        Some(10),
+        "the stable side keeps its pods"
+    );
+
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.weights(), (80, 20));
+    w.reconcile();
+    assert_eq!(w.canary_replicas(), 2, "20 % of 10 pods");
+    // The autoscaler scales the stable side up: the canary follows.
+    w.dep()["spec"]["replicas"] = json!(16);
+    w.pods_ready();
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.canary_replicas(), 4, "20 % of 16 pods, rounded up");
+    w.canary_pods_ready();
+    w.now += 31;
+    w.reconcile();
+    w.reconcile();
+    assert_eq!(w.weights(), (50, 50));
+    assert_eq!(w.canary_replicas(), 8, "50 % of 16 pods");
+    w.canary_pods_ready();
+
+    // Promotion: the stable side rolls at the count it has, never below
+    // the floor, and the canary gets its own count back once drained.
+    w.now += 31;
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Promoting);
+    w.reconcile();
+    assert_eq!(
+        w.dep()["spec"]["replicas"],
+        16,
+        "the operator wrote no count"
+    );
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    w.reconcile();
+    assert_eq!(w.canary_status().state, CanaryState::Promoted);
+    assert_eq!(w.weights(), (100, 0));
+    assert_eq!(w.canary_replicas(), 1, "the canary's own count, back");
+    w.canary_pods_ready();
+    w.now += 5;
+    w.reconcile();
+    assert_eq!(w.canary_status().stable_replicas, None);
+    assert_eq!(w.canary_status().rest_replicas, None);
+    assert_eq!(w.autoscaler_min(), Some(2), "the floor is gone");
+    w.now += 5;
+    w.reconcile();
+    assert!(w.writes.is_empty(), "{:?}", w.writes);
+}
