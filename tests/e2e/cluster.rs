@@ -381,6 +381,54 @@ fn the_server_and_validate_accept_and_reject_the_same_objects() {
             ),
             false,
         ),
+        (
+            "autoscaling with the service's defaults",
+            with(&["autoscaling"], json!({})),
+            true,
+        ),
+        (
+            "autoscaling min above max",
+            with(&["autoscaling"], json!({"minReplicas": 5, "maxReplicas": 2})),
+            false,
+        ),
+        (
+            "autoscaling min equal to max",
+            with(&["autoscaling"], json!({"minReplicas": 3, "maxReplicas": 3})),
+            true,
+        ),
+        (
+            "autoscaling min above the default max",
+            with(&["autoscaling"], json!({"minReplicas": 11})),
+            false,
+        ),
+        (
+            "autoscaling queue target 0",
+            with(&["autoscaling"], json!({"queueDepthPerPod": 0})),
+            false,
+        ),
+        (
+            "autoscaling in-flight target below 0",
+            with(&["autoscaling"], json!({"inflightRequestsPerPod": -1})),
+            false,
+        ),
+        (
+            "autoscaling max 0",
+            with(&["autoscaling"], json!({"minReplicas": 1, "maxReplicas": 0})),
+            false,
+        ),
+        (
+            "autoscaling through KEDA without an address",
+            with(&["autoscaling"], json!({"keda": {}})),
+            false,
+        ),
+        (
+            "autoscaling through KEDA at a URL",
+            with(
+                &["autoscaling"],
+                json!({"keda": {"prometheusAddress": "http://prometheus.monitoring:9090"}}),
+            ),
+            true,
+        ),
     ];
     block_on(async {
         let client = admin().await;
