@@ -548,6 +548,10 @@ fn inputs(ctx: &Context, obj: &RawModel) -> Inputs {
             ctx.autoscalers.version(namespace),
             ctx.replica_sets.version(namespace),
             ctx.pods.version(namespace),
+            ctx.scaled_objects
+                .as_ref()
+                .map(|s| s.version(namespace))
+                .unwrap_or_default(),
         ],
     }
 }

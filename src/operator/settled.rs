@@ -31,7 +31,7 @@ pub struct Inputs {
     pub resource: (String, String),
     /// Where each cache stood in the resource's namespace, taken before
     /// the decision read them.
-    pub caches: [Version; 6],
+    pub caches: [Version; 7],
 }
 
 /// How many settled resources may be remembered past those that still
@@ -93,7 +93,7 @@ mod tests {
     fn inputs(resource_version: &str) -> Inputs {
         Inputs {
             resource: ("uid".into(), resource_version.into()),
-            caches: [Version::default(); 6],
+            caches: [Version::default(); 7],
         }
     }
 

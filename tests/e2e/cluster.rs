@@ -388,12 +388,18 @@ fn the_server_and_validate_accept_and_reject_the_same_objects() {
         ),
         (
             "autoscaling min above max",
-            with(&["autoscaling"], json!({"minReplicas": 5, "maxReplicas": 2})),
+            with(
+                &["autoscaling"],
+                json!({"minReplicas": 5, "maxReplicas": 2}),
+            ),
             false,
         ),
         (
             "autoscaling min equal to max",
-            with(&["autoscaling"], json!({"minReplicas": 3, "maxReplicas": 3})),
+            with(
+                &["autoscaling"],
+                json!({"minReplicas": 3, "maxReplicas": 3}),
+            ),
             true,
         ),
         (
@@ -413,7 +419,10 @@ fn the_server_and_validate_accept_and_reject_the_same_objects() {
         ),
         (
             "autoscaling max 0",
-            with(&["autoscaling"], json!({"minReplicas": 1, "maxReplicas": 0})),
+            with(
+                &["autoscaling"],
+                json!({"minReplicas": 1, "maxReplicas": 0}),
+            ),
             false,
         ),
         (
