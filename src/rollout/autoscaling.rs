@@ -132,7 +132,7 @@ pub fn decide(
         None => {
             let name = autoscaler::autoscaler_name(resource);
             writes.extend(our_scaled_object.map(delete_scaled_object));
-            if let Some(h) = kedas {
+            if let Some(h) = kedas.filter(|_| kedas_ours(asked, &seen, our_scaled_object)) {
                 // Moving off KEDA: its autoscaler goes with the
                 // ScaledObject; a second one meanwhile would fight it.
                 let kedas_name = h.metadata.name.clone().unwrap_or_default();
@@ -229,8 +229,10 @@ fn taken(
             resource.key()
         ));
     }
+    let kedas_is_ours = kedas_ours(asked, seen, our_scaled_object);
     let is_ours = |h: &HorizontalPodAutoscaler| {
-        ours.is_some_and(|o| std::ptr::eq(o, h)) || kedas.is_some_and(|k| std::ptr::eq(k, h))
+        ours.is_some_and(|o| std::ptr::eq(o, h))
+            || (kedas_is_ours && kedas.is_some_and(|k| std::ptr::eq(k, h)))
     };
     let rivals: Vec<&str> = seen
         .autoscalers
@@ -248,6 +250,16 @@ fn taken(
             rivals.join(", ")
         )
     })
+}
+
+/// Whether KEDA's autoscaler for a ScaledObject of the resource's name is
+/// the resource's: while it asks for KEDA, while its own ScaledObject is
+/// seen going, and once no ScaledObject of that name is seen (KEDA's
+/// autoscaler outlives its ScaledObject until the garbage collector takes
+/// it). A ScaledObject of that name that is somebody else's makes it
+/// theirs: another autoscaler of the target.
+fn kedas_ours(asked: &Autoscaling, seen: &Seen, our_scaled_object: Option<&Value>) -> bool {
+    asked.keda.is_some() || our_scaled_object.is_some() || seen.scaled_object.is_none()
 }
 
 /// `status.autoscaling` and the [`AUTOSCALED`] condition from the
@@ -676,5 +688,32 @@ mod tests {
         // And removing autoscaling never deletes it.
         let out = decide(&resource(), "openmed", None, seen);
         assert!(out.writes.is_empty());
+    }
+
+    #[test]
+    fn kedas_autoscaler_of_somebodys_scaled_object_is_a_rival_and_a_leftover_is_waited_for() {
+        let kedas = kedas_autoscaler(2, 2);
+        let with_kedas = [&kedas];
+        let theirs = serde_json::json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": "deid", "namespace": "clinic"}, "spec": {}});
+        let plain = Autoscaling::default();
+        let seen = Seen {
+            autoscalers: &with_kedas,
+            scaled_object: Some(&theirs),
+            keda: true,
+        };
+        let out = decide(&resource(), "openmed", Some(&plain), seen);
+        assert!(out.writes.is_empty());
+        assert_eq!(out.condition.unwrap().1, reason::AUTOSCALER_CONFLICT);
+        // Its ScaledObject gone (ours, deleted a moment ago): KEDA's
+        // autoscaler is waited for, not fought and not called a rival.
+        let seen = Seen {
+            autoscalers: &with_kedas,
+            scaled_object: None,
+            keda: true,
+        };
+        let out = decide(&resource(), "openmed", Some(&plain), seen);
+        assert!(out.writes.is_empty());
+        assert_eq!(out.condition.unwrap().1, reason::AUTOSCALER_PENDING);
     }
 }
