@@ -268,8 +268,8 @@ pub fn is_owned_scaled_object(object: &Value, resource: &ResourceId) -> bool {
 }
 
 /// True when an observed ScaledObject differs from the planned one in
-/// what the plan sets: its spec (KEDA fills in no defaults there), and
-/// the labels, annotations and owner reference.
+/// what the plan sets: its spec as KEDA leaves it (below), and the
+/// labels, annotations and owner reference.
 pub fn scaled_object_drift(observed: &Value, planned: &Value) -> bool {
     let subset = |key: &str| {
         planned["metadata"][key]
@@ -289,10 +289,32 @@ pub fn scaled_object_drift(observed: &Value, planned: &Value) -> bool {
                 .flatten()
                 .any(|have| have["uid"] == want["uid"])
         });
-    !(observed["spec"] == planned["spec"]
+    !(as_planned(&observed["spec"]) == planned["spec"]
         && subset("labels")
         && subset("annotations")
         && owners_kept)
+}
+
+/// A ScaledObject's spec without what KEDA adds to it: when its operator
+/// puts its finalizer on the object it writes the spec back with an empty
+/// `advanced.scalingModifiers` (and so owns that field). Compared whole
+/// otherwise, so a field the plan stopped setting is drift too.
+fn as_planned(spec: &Value) -> Value {
+    let mut spec = spec.clone();
+    if let Some(advanced) = spec.get_mut("advanced").and_then(Value::as_object_mut) {
+        if advanced
+            .get("scalingModifiers")
+            .is_some_and(|m| m.as_object().is_some_and(|m| m.is_empty()))
+        {
+            advanced.remove("scalingModifiers");
+        }
+        if advanced.is_empty() {
+            spec.as_object_mut()
+                .expect("a spec with advanced is an object")
+                .remove("advanced");
+        }
+    }
+    spec
 }
 
 /// True when `hpa` is the one KEDA made for this resource's ScaledObject:
@@ -460,6 +482,50 @@ mod tests {
         let mut unowned = stored.clone();
         unowned.metadata.owner_references = None;
         assert!(drift(&unowned, &planned), "the owner reference removed");
+    }
+
+    #[test]
+    fn a_scaled_object_as_keda_leaves_it_has_not_drifted_and_a_dropped_field_has() {
+        let keda = Keda {
+            prometheus_address: "http://prometheus:9090".into(),
+            series_selector: None,
+        };
+        let windowed = Autoscaling {
+            scale_down_stabilization_seconds: Some(30),
+            keda: Some(keda.clone()),
+            ..Autoscaling::default()
+        };
+        let plain = Autoscaling {
+            keda: Some(keda),
+            ..Autoscaling::default()
+        };
+        for asked in [&windowed, &plain] {
+            let planned =
+                scaled_object(&resource(), "openmed", asked, asked.keda.as_ref().unwrap());
+            // What KEDA's operator writes back with its finalizer.
+            let mut stored = planned.clone();
+            stored["spec"]["advanced"]["scalingModifiers"] = json!({});
+            stored["metadata"]["finalizers"] = json!(["finalizer.keda.sh"]);
+            stored["metadata"]["labels"]["scaledobject.keda.sh/name"] = json!("deid");
+            assert!(
+                !scaled_object_drift(&stored, &planned),
+                "{}",
+                stored["spec"]
+            );
+        }
+        // The window removed from the spec: the stored one still has it.
+        let before = scaled_object(
+            &resource(),
+            "openmed",
+            &windowed,
+            windowed.keda.as_ref().unwrap(),
+        );
+        let after = scaled_object(&resource(), "openmed", &plain, plain.keda.as_ref().unwrap());
+        assert!(scaled_object_drift(&before, &after));
+        // A hand edit of a threshold.
+        let mut edited = after.clone();
+        edited["spec"]["triggers"][0]["metadata"]["threshold"] = json!("40");
+        assert!(scaled_object_drift(&edited, &after));
     }
 
     #[test]

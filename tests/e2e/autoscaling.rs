@@ -140,6 +140,19 @@ fn the_models_own_autoscaler_sets_the_count_through_a_bump_an_edit_and_its_remov
                 },
             )
             .await;
+        // At rest the operator sends nothing: the autoscaler as the API
+        // server stores it (defaults filled in) is the one it planned.
+        let requests = requests_at_rest(
+            &env.ns.name,
+            Duration::from_secs(2),
+            Duration::from_secs(20),
+        )
+        .await;
+        assert!(
+            requests.is_empty(),
+            "the operator sent requests at rest:\n{}",
+            requests.join("\n")
+        );
         let autoscaled = status
             .conditions
             .iter()
