@@ -83,7 +83,6 @@ pub fn stored_object(data: &[u8]) {
             route: None,
             measurements: &[],
             probes: &[],
-            autoscaled: false,
             autoscalers: &[],
             scaled_object: None,
             rivals: &[],

@@ -130,7 +130,6 @@ mod tests {
                 route: None,
                 measurements: &[],
                 probes: &[],
-                autoscaled: false,
                 autoscalers: &[],
                 scaled_object: None,
                 rivals: &[],

@@ -516,8 +516,7 @@ struct World {
     claimed: Vec<Deployment>,
     config_maps: Vec<ConfigMap>,
     rivals: Vec<Rival>,
-    autoscaled: bool,
-    /// The autoscalers that scale the target or carry the resource's name.
+    /// The autoscalers that concern the resource.
     autoscalers: Vec<HorizontalPodAutoscaler>,
     /// The ScaledObject of the resource's name, as JSON.
     scaled_object: Option<serde_json::Value>,
@@ -913,7 +912,6 @@ fn observing<T>(
         route: world.route.as_ref(),
         measurements: &measured.readings,
         probes: &measured.probes,
-        autoscaled: world.autoscaled,
         autoscalers: &autoscalers,
         scaled_object: world.scaled_object.as_ref(),
         rivals: &world.rivals,
@@ -1071,17 +1069,9 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         .autoscalers
         .in_namespace(namespace)
         .iter()
-        .filter(|h| {
-            rollout::autoscaling::scales(h, &target_name)
-                || h.metadata.name.as_deref() == Some(view.name.as_str())
-                || h.metadata.name.as_deref()
-                    == Some(crate::plan::autoscaler::keda_autoscaler_name(&view.id()).as_str())
-        })
+        .filter(|h| rollout::autoscaling::concerns(h, &view.id(), &target_name))
         .map(|h| (**h).clone())
         .collect();
-    let autoscaled = autoscalers
-        .iter()
-        .any(|h| rollout::autoscaling::scales(h, &target_name));
 
     let mut snapshot_uses: Vec<rollout::SnapshotUse> = ctx
         .replica_sets
@@ -1118,7 +1108,6 @@ async fn gather(view: &ResourceView, ctx: &Context, fresh: &mut Fresh) -> Result
         claimed,
         config_maps,
         rivals,
-        autoscaled,
         autoscalers,
         scaled_object: ctx.scaled_objects.as_ref().and_then(|objects| {
             objects

@@ -355,6 +355,17 @@ pub fn with_floor(asked: &Autoscaling, floor: Option<i32>) -> Autoscaling {
     raised
 }
 
+/// The autoscalers a decision about `resource` (whose target is the
+/// Deployment `target`) reads: those that scale the target, and those
+/// with the names the resource's own would have (its own, or KEDA's for
+/// its ScaledObject), whatever they scale.
+pub fn concerns(hpa: &HorizontalPodAutoscaler, resource: &ResourceId, target: &str) -> bool {
+    let name = hpa.metadata.name.as_deref();
+    scales(hpa, target)
+        || name == Some(autoscaler::autoscaler_name(resource).as_str())
+        || name == Some(autoscaler::keda_autoscaler_name(resource).as_str())
+}
+
 /// True when `hpa` scales the Deployment `target`.
 pub fn scales(hpa: &HorizontalPodAutoscaler, target: &str) -> bool {
     hpa.spec.as_ref().is_some_and(|s| {

@@ -83,10 +83,9 @@ pub struct Observed<'a> {
     pub resource: &'a ResourceView,
     /// The Deployment named by the spec ([`target_name`]), if it exists.
     pub target: Option<&'a Deployment>,
-    /// A HorizontalPodAutoscaler scales the target.
-    pub autoscaled: bool,
     /// The HorizontalPodAutoscalers in the resource's namespace that
-    /// scale its target or carry its name ([`autoscaling::decide`]).
+    /// concern it ([`autoscaling::concerns`]): whether one scales the
+    /// target, and the resource's own.
     pub autoscalers: &'a [&'a HorizontalPodAutoscaler],
     /// The KEDA ScaledObject of the resource's name, as JSON, when the
     /// operator watches them ([`Settings::keda`]) and it exists.
@@ -327,9 +326,21 @@ impl<'a> Step<'a> {
             &self.obs.resource.id(),
             spec,
             TargetOptions {
-                autoscaled: self.obs.autoscaled || self.autoscaling.is_some(),
+                autoscaled: self.autoscaled(),
             },
         )
+    }
+
+    /// An autoscaler scales the target, or the spec asks for one: the
+    /// count is not the operator's to write.
+    fn autoscaled(&self) -> bool {
+        let target = target_name(self.obs.resource);
+        self.autoscaling.is_some()
+            || self
+                .obs
+                .autoscalers
+                .iter()
+                .any(|h| autoscaling::scales(h, &target))
     }
 
     /// A retained spec, placed on the target and pointer `desired` names
@@ -1015,9 +1026,7 @@ impl<'a> Step<'a> {
     fn steady(&mut self, target: &Deployment, wanted: &Plan) {
         let version = &wanted.normalized.version;
         let mut message = format!("serving {version}");
-        if (self.obs.autoscaled || self.autoscaling.is_some())
-            && wanted.normalized.replicas.is_some()
-        {
+        if self.autoscaled() && wanted.normalized.replicas.is_some() {
             message.push_str("; spec.replicas is not applied because a HorizontalPodAutoscaler scales the Deployment");
         }
         self.status.phase = Some(Phase::Ready);

@@ -184,14 +184,7 @@ fn removing_autoscaling_deletes_the_autoscaler_and_keeps_the_count_until_replica
 #[test]
 fn another_autoscaler_of_the_target_is_left_alone_and_said() {
     let mut w = World::new(autoscaled_spec("v1"));
-    let mut theirs = crate::plan::autoscaler::autoscaler(
-        &w.resource.id(),
-        "svc",
-        &crate::api::Autoscaling::default(),
-    );
-    theirs.metadata.name = Some("svc-hpa".into());
-    theirs.metadata.annotations = None;
-    w.autoscalers.push(theirs);
+    w.another_autoscaler();
     let events = w.reconcile();
     assert!(
         reasons(&events).contains(&why::AUTOSCALER_CONFLICT),

@@ -48,8 +48,6 @@ struct World {
     /// Pods with the snapshot label, as the kubelet reports them.
     pods: Vec<crate::rollout::pods::PodView>,
     rivals: Vec<Rival>,
-    /// Another writer's HorizontalPodAutoscaler scales the target.
-    autoscaled: bool,
     /// The autoscalers in the namespace, the operator's own among them.
     autoscalers: Vec<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>,
     /// The ScaledObject of the resource's name, when there is one.
@@ -109,7 +107,6 @@ impl World {
             replica_sets: Vec::new(),
             pods: Vec::new(),
             rivals: Vec::new(),
-            autoscaled: false,
             autoscalers: Vec::new(),
             scaled_object: None,
             settings: Settings::default(),
@@ -165,15 +162,11 @@ impl World {
             .iter()
             .chain(&self.other_routes)
             .find(|r| r["metadata"]["name"].as_str() == route_name.as_deref());
-        // As the shell reads them: those that scale the target or carry
-        // the resource's name.
+        // As the shell reads them.
         let autoscalers: Vec<_> = self
             .autoscalers
             .iter()
-            .filter(|h| {
-                crate::rollout::autoscaling::scales(h, &name)
-                    || h.metadata.name.as_deref() == Some(self.resource.name.as_str())
-            })
+            .filter(|h| crate::rollout::autoscaling::concerns(h, &self.resource.id(), &name))
             .collect();
         core(&Observed {
             resource: &self.resource,
@@ -182,10 +175,6 @@ impl World {
             route,
             measurements: &self.measurements,
             probes: &self.probes,
-            autoscaled: self.autoscaled
-                || autoscalers
-                    .iter()
-                    .any(|h| crate::rollout::autoscaling::scales(h, &name)),
             autoscalers: &autoscalers,
             scaled_object: self.scaled_object.as_ref(),
             rivals: &self.rivals,
@@ -505,6 +494,19 @@ impl World {
             .as_object_mut()
             .unwrap()
             .remove(MANIFEST_SNAPSHOT_LABEL);
+    }
+
+    /// Another writer's HorizontalPodAutoscaler now scales the target.
+    fn another_autoscaler(&mut self) {
+        let mut theirs = crate::plan::autoscaler::autoscaler(
+            &self.resource.id(),
+            &target_name(&self.resource),
+            &crate::api::Autoscaling::default(),
+        );
+        theirs.metadata.name = Some("theirs".into());
+        theirs.metadata.annotations = None;
+        theirs.metadata.owner_references = None;
+        self.autoscalers.push(theirs);
     }
 
     fn set_version(&mut self, version: &str) {
@@ -1595,7 +1597,7 @@ fn a_paused_deployment_is_reported_as_such() {
 #[test]
 fn an_autoscaled_target_keeps_its_replicas() {
     let mut w = World::new(spec("v1"));
-    w.autoscaled = true;
+    w.another_autoscaler();
     w.dep()["spec"]["replicas"] = json!(5);
     w.reconcile();
     let Write::ApplyDeployment { body, .. } = &w.writes[1] else {
@@ -1624,7 +1626,7 @@ fn an_autoscaler_created_after_the_rollout_never_sees_its_replicas_defaulted() {
     w.now += 10;
     w.reconcile();
     assert_eq!(w.dep()["spec"]["replicas"], 3);
-    w.autoscaled = true;
+    w.another_autoscaler();
     w.set_version("v2");
     w.now += 10;
     w.reconcile();
