@@ -1211,6 +1211,27 @@ fn deployment_written(
     fresh.deployments.insert(name.to_owned(), Some(stored));
 }
 
+/// Deletes `name` if it is still the object of `uid` (when known). One
+/// already gone, or re-created since by another writer, is not ours to
+/// delete, and is left alone.
+async fn delete_if_same<K>(api: &Api<K>, name: &str, uid: &Option<String>) -> Result<(), Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn execute(
     writes: &[Write],
     namespace: &str,
@@ -1251,20 +1272,8 @@ async fn execute(
             }
             Write::DeleteConfigMap { name, uid } => {
                 let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-                let params = DeleteParams {
-                    preconditions: uid.clone().map(|uid| Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
                 ctx.metrics.wrote("configmaps", "delete");
-                match api.delete(name, &params).await {
-                    Ok(_) => {}
-                    // Already gone, or re-created since: not ours to delete.
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                delete_if_same(&api, name, uid).await?;
                 ctx.written
                     .config_maps
                     .deleted(namespace, name, uid.clone());
@@ -1317,29 +1326,14 @@ async fn execute(
                 let api: Api<HorizontalPodAutoscaler> =
                     Api::namespaced(ctx.client.clone(), namespace);
                 ctx.metrics.wrote("horizontalpodautoscalers", "apply");
-                let mut body = serde_json::to_value(hpa.as_ref())?;
-                body["apiVersion"] = "autoscaling/v2".into();
-                body["kind"] = "HorizontalPodAutoscaler".into();
-                api.patch(&hpa.name_any(), &apply, &Patch::Apply(&body))
+                api.patch(&hpa.name_any(), &apply, &Patch::Apply(hpa.as_ref()))
                     .await?;
             }
             Write::DeleteAutoscaler { name, uid } => {
                 let api: Api<HorizontalPodAutoscaler> =
                     Api::namespaced(ctx.client.clone(), namespace);
-                let params = DeleteParams {
-                    preconditions: uid.clone().map(|uid| Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
                 ctx.metrics.wrote("horizontalpodautoscalers", "delete");
-                match api.delete(name, &params).await {
-                    Ok(_) => {}
-                    // Already gone, or another one since: not ours.
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                delete_if_same(&api, name, uid).await?;
             }
             Write::ApplyScaledObject(object) => {
                 let api: Api<super::scaled_object::ScaledObject> =
@@ -1352,19 +1346,8 @@ async fn execute(
             Write::DeleteScaledObject { name, uid } => {
                 let api: Api<super::scaled_object::ScaledObject> =
                     Api::namespaced(ctx.client.clone(), namespace);
-                let params = DeleteParams {
-                    preconditions: uid.clone().map(|uid| Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
                 ctx.metrics.wrote("scaledobjects", "delete");
-                match api.delete(name, &params).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                delete_if_same(&api, name, uid).await?;
             }
             Write::HandOverReplicas { name, replicas } => {
                 let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);

@@ -18,12 +18,12 @@ use k8s_openapi::api::autoscaling::v2::{
     MetricTarget, PodsMetricSource, ResourceMetricSource,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::ResourceId;
 use crate::api::autoscaling::{INFLIGHT_METRIC, QUEUE_DEPTH_METRIC};
 use crate::api::names::{FIELD_MANAGER, MANAGED_BY_LABEL, MODEL_RESOURCE_ANNOTATION};
-use crate::api::{API_VERSION, Autoscaling, KIND, Keda};
+use crate::api::{Autoscaling, Keda};
 use serde_json::{Value, json};
 
 /// The API version of KEDA's ScaledObject.
@@ -85,29 +85,7 @@ pub fn autoscaler(
         }
     });
     HorizontalPodAutoscaler {
-        metadata: ObjectMeta {
-            name: Some(autoscaler_name(resource)),
-            namespace: Some(resource.namespace.clone()),
-            labels: Some(BTreeMap::from([(
-                MANAGED_BY_LABEL.to_owned(),
-                FIELD_MANAGER.to_owned(),
-            )])),
-            annotations: Some(BTreeMap::from([(
-                MODEL_RESOURCE_ANNOTATION.to_owned(),
-                resource.key(),
-            )])),
-            owner_references: resource.uid.as_ref().map(|uid| {
-                vec![OwnerReference {
-                    api_version: API_VERSION.to_owned(),
-                    kind: KIND.to_owned(),
-                    name: resource.name.clone(),
-                    uid: uid.clone(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }]
-            }),
-            ..ObjectMeta::default()
-        },
+        metadata: owned_metadata(resource),
         spec: Some(HorizontalPodAutoscalerSpec {
             scale_target_ref: CrossVersionObjectReference {
                 api_version: Some("apps/v1".to_owned()),
@@ -161,6 +139,26 @@ pub fn words(resource: &ResourceId, autoscaling: &Autoscaling) -> String {
         }
     }
     words
+}
+
+/// The metadata of the object `spec.autoscaling` asks for (either kind):
+/// the resource's name and namespace, the operator's label, the ownership
+/// annotation and the resource as its owner.
+fn owned_metadata(resource: &ResourceId) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(autoscaler_name(resource)),
+        namespace: Some(resource.namespace.clone()),
+        labels: Some(BTreeMap::from([(
+            MANAGED_BY_LABEL.to_owned(),
+            FIELD_MANAGER.to_owned(),
+        )])),
+        annotations: Some(BTreeMap::from([(
+            MODEL_RESOURCE_ANNOTATION.to_owned(),
+            resource.key(),
+        )])),
+        owner_references: resource.owner_references(),
+        ..ObjectMeta::default()
+    }
 }
 
 /// The name KEDA gives the HorizontalPodAutoscaler it makes for the
@@ -231,22 +229,10 @@ pub fn scaled_object(
             "behavior": {"scaleDown": {"stabilizationWindowSeconds": seconds}},
         }});
     }
-    let mut metadata = json!({
-        "name": autoscaler_name(resource),
-        "namespace": resource.namespace,
-        "labels": {MANAGED_BY_LABEL: FIELD_MANAGER},
-        "annotations": {MODEL_RESOURCE_ANNOTATION: resource.key()},
-    });
-    if let Some(uid) = &resource.uid {
-        metadata["ownerReferences"] = json!([{
-            "apiVersion": API_VERSION, "kind": KIND, "name": resource.name,
-            "uid": uid, "controller": true, "blockOwnerDeletion": true,
-        }]);
-    }
     json!({
         "apiVersion": SCALED_OBJECT_API_VERSION,
         "kind": "ScaledObject",
-        "metadata": metadata,
+        "metadata": owned_metadata(resource),
         "spec": spec,
     })
 }

@@ -13,11 +13,11 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::ResourceId;
+use crate::api::OpenMedModelSpec;
 use crate::api::names::{
     FAMILY_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, MANIFEST_KEY, MANIFEST_SNAPSHOT_LABEL,
     MODEL_RESOURCE_ANNOTATION, PRELOAD_ENV,
 };
-use crate::api::{API_VERSION, KIND, OpenMedModelSpec};
 
 /// The owned ConfigMap for a normalized spec. It carries an owner reference
 /// when the resource's UID is known, so the garbage collector removes it
@@ -28,16 +28,7 @@ pub fn config_map(
     manifest_json: &str,
 ) -> ConfigMap {
     let name = pointer_name(normalized);
-    let owner_references = resource.uid.as_ref().map(|uid| {
-        vec![OwnerReference {
-            api_version: API_VERSION.to_owned(),
-            kind: KIND.to_owned(),
-            name: resource.name.clone(),
-            uid: uid.clone(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        }]
-    });
+    let owner_references = resource.owner_references();
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(name),

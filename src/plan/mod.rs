@@ -39,6 +39,25 @@ impl ResourceId {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+
+    /// The resource as the controlling owner of an object it makes, when
+    /// its UID is known: the garbage collector then removes the object
+    /// with the resource, even if the operator is not running.
+    pub fn owner_references(
+        &self,
+    ) -> Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>> {
+        let uid = self.uid.as_ref()?;
+        Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: API_VERSION.to_owned(),
+                kind: crate::api::KIND.to_owned(),
+                name: self.name.clone(),
+                uid: uid.clone(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            },
+        ])
+    }
 }
 
 /// Facts about the target that change what is written.
