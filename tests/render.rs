@@ -47,13 +47,21 @@ fn stderr(out: &Output) -> String {
     String::from_utf8(out.stderr.clone()).unwrap()
 }
 
-/// The Deployment in a `render -o json` list.
-fn deployment_in(list: &Value) -> &Value {
+/// The documents of `kind` in a `render -o json` list.
+fn of_kind<'a>(list: &'a Value, kind: &str) -> Vec<&'a Value> {
     list["items"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|d| d["kind"] == "Deployment")
+        .filter(|d| d["kind"] == kind)
+        .collect()
+}
+
+/// The Deployment in a `render -o json` list.
+fn deployment_in(list: &Value) -> &Value {
+    of_kind(list, "Deployment")
+        .into_iter()
+        .next()
         .expect("a Deployment in the output")
 }
 
@@ -1486,12 +1494,7 @@ fn an_autoscaled_model_renders_its_autoscaler_and_no_replicas() {
         1,
         "the autoscaler owns the count: spec.replicas is not written"
     );
-    let hpas: Vec<&Value> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|d| d["kind"] == "HorizontalPodAutoscaler")
-        .collect();
+    let hpas = of_kind(&list, "HorizontalPodAutoscaler");
     assert_eq!(hpas.len(), 1);
     let hpa = hpas[0];
     assert_eq!(hpa["apiVersion"], "autoscaling/v2");
@@ -1586,19 +1589,9 @@ fn with_keda_the_model_renders_a_scaled_object_instead() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
-    let kinds: Vec<&str> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["kind"].as_str().unwrap())
-        .collect();
-    assert!(!kinds.contains(&"HorizontalPodAutoscaler"), "{kinds:?}");
-    let object = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["kind"] == "ScaledObject")
-        .expect("a ScaledObject");
+    assert!(of_kind(&list, "HorizontalPodAutoscaler").is_empty());
+    let scaled_objects = of_kind(&list, "ScaledObject");
+    let object = scaled_objects.first().expect("a ScaledObject");
     assert_eq!(object["apiVersion"], "keda.sh/v1alpha1");
     assert_eq!(object["spec"]["maxReplicaCount"], 6);
     assert_eq!(object["spec"]["scaleTargetRef"]["name"], "svc");
