@@ -7,7 +7,7 @@
 //! the rule that one Deployment and one ConfigMap have one owner. That
 //! judgement lives here, pure, once.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde_json::Value;
 
@@ -401,6 +401,8 @@ fn autoscaler_conflict(
     }
     let rivals: Vec<String> = index
         .scaling(&id.namespace, target)
+        .iter()
+        .copied()
         .filter(|&h| Some(h) != named)
         .map(|h| docs[h].at("metadata.name").to_string())
         .collect();
@@ -570,12 +572,11 @@ struct Index {
     config_maps: HashMap<(String, String), usize>,
     routes: HashMap<(String, String), usize>,
     services: HashMap<(String, String), usize>,
-    autoscaled: HashSet<(String, String)>,
-    /// HorizontalPodAutoscalers by namespace and name, and each one's
-    /// target Deployment; KEDA ScaledObjects by namespace and name.
+    /// HorizontalPodAutoscalers by namespace and name, and by the
+    /// Deployment each scales; KEDA ScaledObjects by namespace and name.
     autoscalers: HashMap<(String, String), usize>,
     scaled_objects: HashMap<(String, String), usize>,
-    scaled_by: Vec<((String, String), usize)>,
+    scaled_by: HashMap<(String, String), Vec<usize>>,
 }
 
 impl Index {
@@ -585,10 +586,9 @@ impl Index {
             config_maps: HashMap::new(),
             routes: HashMap::new(),
             services: HashMap::new(),
-            autoscaled: HashSet::new(),
             autoscalers: HashMap::new(),
             scaled_objects: HashMap::new(),
-            scaled_by: Vec::new(),
+            scaled_by: HashMap::new(),
         };
         for (i, doc) in docs.iter().enumerate() {
             let namespace = namespace_of(doc, default_namespace).to_owned();
@@ -618,9 +618,11 @@ impl Index {
                     let kind = target.and_then(|t| t.get("kind")).and_then(Value::as_str);
                     let name = target.and_then(|t| t.get("name")).and_then(Value::as_str);
                     if let (Some("Deployment"), Some(name)) = (kind, name) {
-                        let key = (namespace, name.to_owned());
-                        index.scaled_by.push((key.clone(), i));
-                        index.autoscaled.insert(key);
+                        index
+                            .scaled_by
+                            .entry((namespace, name.to_owned()))
+                            .or_default()
+                            .push(i);
                     }
                 }
                 _ => {}
@@ -666,19 +668,13 @@ impl Index {
     }
 
     /// The autoscalers of the set that scale the Deployment `name`.
-    fn scaling<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> impl Iterator<Item = usize> + 'a {
+    fn scaling(&self, namespace: &str, name: &str) -> &[usize] {
         self.scaled_by
-            .iter()
-            .filter(move |((ns, n), _)| ns == namespace && n == name)
-            .map(|(_, i)| *i)
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .map_or(&[], Vec::as_slice)
     }
 
     fn autoscaled(&self, namespace: &str, name: &str) -> bool {
-        self.autoscaled
-            .contains(&(namespace.to_owned(), name.to_owned()))
+        !self.scaling(namespace, name).is_empty()
     }
 }
