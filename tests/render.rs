@@ -1599,7 +1599,7 @@ fn with_keda_the_model_renders_a_scaled_object_instead() {
     assert_eq!(trigger["type"], "prometheus");
     assert_eq!(
         trigger["metadata"]["query"],
-        r#"sum(openmed_service_admission_queue_depth{namespace="team",pod=~"svc-[a-z0-9]+-[a-z0-9]+"})"#
+        r#"sum(avg_over_time(openmed_service_admission_queue_depth{namespace="team",pod=~"svc-[a-z0-9]+-[a-z0-9]+"}[30s]))"#
     );
     assert_eq!(
         trigger["metadata"]["serverAddress"],

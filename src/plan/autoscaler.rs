@@ -167,10 +167,21 @@ pub fn keda_autoscaler_name(resource: &ResourceId) -> String {
     format!("keda-hpa-{}", resource.name)
 }
 
+/// What each pod's gauge is averaged over before the pods are summed.
+/// The gauges are instantaneous and jump by tens within seconds under a
+/// steady load, and an overloaded pod can miss a scrape just when its
+/// gauges matter: averaged over a window, the load is the load of the
+/// window (a missed scrape leaves the samples around it), and a series
+/// with no sample in the window is absent, which with `ignoreNullValues`
+/// off is an error, so an outage of every scrape never reads as no load.
+/// Half a minute: two HPA syncs, and well within any scale-down window.
+pub const GAUGE_WINDOW: &str = "30s";
+
 /// The KEDA ScaledObject for `autoscaling` with `keda` set, scaling the
 /// Deployment `target`: one Prometheus trigger per gauge, each the sum
-/// over the target's pods against the per-pod target as an average (what
-/// a pod metric's average is), so both modes scale alike.
+/// over the target's pods of the gauge averaged over [`GAUGE_WINDOW`],
+/// against the per-pod target as an average (what a pod metric's average
+/// is), so both modes scale alike.
 pub fn scaled_object(
     resource: &ResourceId,
     target: &str,
@@ -191,7 +202,7 @@ pub fn scaled_object(
             "metricType": "AverageValue",
             "metadata": {
                 "serverAddress": keda.prometheus_address,
-                "query": format!("sum({metric}{{{selector}}})"),
+                "query": format!("sum(avg_over_time({metric}{{{selector}}}[{GAUGE_WINDOW}]))"),
                 "threshold": per_pod.to_string(),
                 // A Prometheus that answers nothing is an error, not 0:
                 // an outage must not read as no load.

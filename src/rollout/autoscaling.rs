@@ -613,7 +613,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             query,
-            r#"sum(openmed_service_inflight_requests{namespace="clinic",pod=~"openmed-[a-z0-9]+-[a-z0-9]+"})"#
+            r#"sum(avg_over_time(openmed_service_inflight_requests{namespace="clinic",pod=~"openmed-[a-z0-9]+-[a-z0-9]+"}[30s]))"#
         );
         assert_eq!(planned["spec"]["triggers"][1]["metadata"]["threshold"], "8");
         assert_eq!(out.condition.unwrap().1, reason::AUTOSCALER_PENDING);
