@@ -109,7 +109,7 @@ pub enum Image {
 
 /// The example's documents (no Namespace) for one test: its HTTPRoute
 /// takes `/<namespace>/` on the shared Gateway and strips that prefix.
-fn example(ns: &str, image: Image) -> String {
+pub fn example(ns: &str, image: Image) -> String {
     let text = std::fs::read_to_string(root().join("examples/real/openmed-service.yaml")).unwrap();
     let mut out = String::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
@@ -380,4 +380,67 @@ pub fn record_result(value: Value) {
             .unwrap();
         writeln!(file, "{value}").unwrap();
     }
+}
+
+/// The pods' Prometheus of the stack, as pods (and KEDA) reach it.
+pub fn pods_prometheus() -> String {
+    std::fs::read_to_string(cluster_dir().join("pods-prometheus-url"))
+        .expect("DIR/pods-prometheus-url from tests/workload/up")
+        .trim()
+        .to_owned()
+}
+
+/// A Deployment of the service made to export its gauges to the pods'
+/// Prometheus, as docs/autoscaling.md tells users: metrics on, dynamic
+/// batching on (the queue gauge exists only with it), the pod's own
+/// address a trusted Host (the scrape's), and the scrape annotation.
+pub fn export_gauges(deployment: &mut Value) {
+    let template = &mut deployment["spec"]["template"];
+    template["metadata"]["annotations"]["prometheus.io/scrape"] = json!("true");
+    for container in template["spec"]["containers"].as_array_mut().unwrap() {
+        let env = container["env"].as_array_mut().unwrap();
+        for e in env.iter_mut() {
+            if e["name"] == "OPENMED_SERVICE_TRUSTED_HOSTS" {
+                e["value"] = json!(format!("{},$(POD_IP)", e["value"].as_str().unwrap()));
+            }
+        }
+        // Before its use in $(POD_IP).
+        env.insert(
+            0,
+            json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
+        );
+        env.push(json!({"name": "OPENMED_SERVICE_METRICS_ENABLED", "value": "true"}));
+        env.push(json!({"name": "OPENMED_SERVICE_BATCHING_ENABLED", "value": "true"}));
+    }
+}
+
+/// `deploy/operator` with its `components/keda`, as a user who enables
+/// KEDA's way installs it: the operator's identity may then read and
+/// write ScaledObjects. Once per run, after the plain install.
+pub fn install_operator_with_keda() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        operator_kubeconfig();
+        // A kustomization beside the cluster's files, naming the two by
+        // relative paths (kustomize refuses absolute ones).
+        let dir = cluster_dir().join("operator-with-keda");
+        std::fs::create_dir_all(&dir).unwrap();
+        let up = "../".repeat(dir.strip_prefix(root()).unwrap().components().count());
+        std::fs::write(
+            dir.join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+                 resources: [{up}deploy/operator]\ncomponents: [{up}deploy/operator/components/keda]\n"
+            ),
+        )
+        .unwrap();
+        let (ok, _, err) = kubectl(&[
+            "apply",
+            "-k",
+            dir.to_str().unwrap(),
+            "--server-side",
+            "--force-conflicts",
+        ]);
+        assert!(ok, "kubectl apply -k with components/keda failed: {err}");
+    });
 }

@@ -25,7 +25,7 @@ use crate::support::*;
 use crate::trial;
 
 pub fn trials() -> Vec<Trial> {
-    vec![
+    let mut trials = vec![
         // It accepts no failed request. Opt-in until 2026-12-05 after a
         // rare 503 from Envoy itself (docs/canary.md); since the Gateway
         // closes idle connections first it ran 27 times without one
@@ -50,7 +50,16 @@ pub fn trials() -> Vec<Trial> {
             "canary::a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_model",
             a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_model,
         ),
-    ]
+    ];
+    // Ten stable pods and their canary: a longer run, for the committed
+    // results (docs/autoscaling.md).
+    if std::env::var_os("AUTOSCALE_ALL").is_some() {
+        trials.push(trial(
+            "canary::an_autoscaled_canary_at_20_percent_runs_a_fifth_of_the_pods",
+            an_autoscaled_canary_at_20_percent_runs_a_fifth_of_the_pods,
+        ));
+    }
+    trials
 }
 
 /// Warms, passes `/readyz`, and answers every request with an error.
@@ -98,14 +107,31 @@ struct CanaryApp {
 
 impl CanaryApp {
     async fn deploy(prefix: &str, tune: impl FnOnce(&mut Value)) -> CanaryApp {
+        Self::deploy_with(prefix, &[], |_| {}, |spec| tune(&mut spec["canary"])).await
+    }
+
+    /// [`CanaryApp::deploy`] with more arguments for the operator, each
+    /// Deployment's document edited by `deployment`, and the model's spec
+    /// by `tune`.
+    async fn deploy_with(
+        prefix: &str,
+        operator_args: &[&str],
+        deployment: impl Fn(&mut Value),
+        tune: impl FnOnce(&mut Value),
+    ) -> CanaryApp {
         let client = admin().await;
         install_crd(&client).await;
         let ns = TestNamespace::create(&client, prefix).await;
         let prometheus = prometheus();
-        let operator = Operator::start_on_pod_network(&ns.name, &["--analysis-allow", &prometheus]);
+        let mut args = vec!["--analysis-allow", &prometheus];
+        args.extend_from_slice(operator_args);
+        let operator = Operator::start_on_pod_network(&ns.name, &args);
         let env = Env::of(client, ns, operator);
         let mut service = documents("openmed-service.yaml");
         for doc in &mut service {
+            if doc["kind"] == "Deployment" {
+                deployment(doc);
+            }
             if doc["kind"] == "HTTPRoute" {
                 for rule in doc["spec"]["rules"].as_array_mut().unwrap() {
                     for m in rule["matches"].as_array_mut().unwrap() {
@@ -124,7 +150,7 @@ impl CanaryApp {
         for metric in canary["analysis"]["metrics"].as_array_mut().unwrap() {
             metric["prometheus"]["address"] = json!(prometheus);
         }
-        tune(canary);
+        tune(&mut model["spec"]);
         env.apply(&yaml_stream(&[model])).await;
         env.wait_ready(NAME, V1).await;
         // At rest the canary Deployment serves the stable version too.
@@ -891,6 +917,130 @@ fn a_mirror_step_copies_requests_to_the_canary_and_every_client_gets_the_stable_
             "mirrored_s": ((to - from) / 100.0).round() / 10.0, "copies_at_canary": copies,
             "requests_while_mirrored": at_most, "drain_s": drain_seconds(c),
             "failed_round": metric.message,
+        }));
+        app.app.env.finish().await;
+    });
+}
+
+/// An autoscaled model (KEDA's way, at least ten pods) bumped through a
+/// canary with one step at 20 %: at that step the canary Deployment runs a
+/// fifth of the stable Deployment's pods (two of ten), the stable side
+/// keeps its ten throughout (the autoscaler's minimum is the floor while
+/// the canary runs), the canary Deployment goes back to its one pod at
+/// rest after the promotion, and no request fails.
+fn an_autoscaled_canary_at_20_percent_runs_a_fifth_of_the_pods() {
+    const STABLE: i32 = 10;
+    block_on(async {
+        install_operator_with_keda();
+        let app =
+            CanaryApp::deploy_with("stack-canary-scaled", &["--keda"], export_gauges, |spec| {
+                spec.as_object_mut().unwrap().remove("replicas");
+                spec["autoscaling"] = json!({
+                    "minReplicas": STABLE, "maxReplicas": STABLE + 2,
+                    "keda": {"prometheusAddress": pods_prometheus()},
+                });
+                let canary = &mut spec["canary"];
+                canary["steps"] = json!([{"weight": 20, "pause": "40s"}]);
+                short_analysis(canary, "10s", "20s", false);
+            })
+            .await;
+        let deployments: Api<Deployment> =
+            Api::namespaced(app.env().client.clone(), &app.env().ns.name);
+        let counts = |d: &Deployment| {
+            let status = d.status.clone().unwrap_or_default();
+            (
+                d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
+                status.ready_replicas.unwrap_or(0),
+            )
+        };
+        wait_for("the autoscaler's ten stable pods Ready", WARM, || async {
+            let d = deployments.get(NAME).await.ok()?;
+            (counts(&d) == (STABLE, STABLE)).then_some(())
+        })
+        .await;
+        let (stop, load) = app.app.load(None, 10.0, Duration::from_secs(300));
+        // Both Deployments' counts, once a second, until the promotion.
+        let sampling = {
+            let deployments = deployments.clone();
+            let models = app.env().models();
+            tokio::spawn(async move {
+                let mut samples = Vec::new();
+                for _ in 0..300 {
+                    let (Ok(stable), Ok(canary), Ok(model)) = (
+                        deployments.get(NAME).await,
+                        deployments.get(CANARY).await,
+                        models.get(NAME).await,
+                    ) else {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    };
+                    let c = model.status.and_then(|s| s.canary);
+                    let state = c.as_ref().map(|c| c.state);
+                    let weight = c.as_ref().map_or(0, |c| c.weight);
+                    samples.push((counts(&stable), counts(&canary), state, weight));
+                    if state == Some(CanaryState::Promoted) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                samples
+            })
+        };
+        app.env().set_spec(NAME, json!({"version": V2})).await;
+        wait_canary(&app, "the canary to promote v2", |s| {
+            s.phase == Some(Phase::Ready)
+                && s.active_version.as_deref() == Some(V2)
+                && canary_state(s) == Some(CanaryState::Promoted)
+        })
+        .await;
+        let samples = sampling.await.unwrap();
+        wait_for(
+            "the canary Deployment back at its one pod",
+            Duration::from_secs(120),
+            || async {
+                let d = deployments.get(CANARY).await.ok()?;
+                (counts(&d).0 == 1).then_some(())
+            },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let _ = stop.send(());
+        let records = load.await.unwrap();
+
+        assert_all_served(&records);
+        let at_20: Vec<_> = samples
+            .iter()
+            .filter(|(_, _, state, weight)| *weight == 20 && *state != Some(CanaryState::Promoting))
+            .collect();
+        assert!(!at_20.is_empty(), "a sample at 20 %: {samples:?}");
+        // Its share of the stable count, rounded up.
+        let canary_pods = (STABLE + 4) / 5;
+        assert!(
+            at_20
+                .iter()
+                .any(|(_, canary, _, _)| *canary == (canary_pods, canary_pods)),
+            "at 20 % the canary ran {canary_pods} ready pods: {at_20:?}"
+        );
+        assert!(
+            at_20
+                .iter()
+                .all(|(_, canary, _, _)| canary.0 == canary_pods),
+            "at 20 % the canary Deployment asked for {canary_pods} pods throughout: {at_20:?}"
+        );
+        assert!(
+            samples.iter().all(|(stable, _, _, _)| stable.0 >= STABLE),
+            "the stable Deployment kept its {STABLE} pods: {samples:?}"
+        );
+        eprintln!(
+            "canary::an_autoscaled_canary_at_20_percent (10 requests/s through the Gateway): {} samples at 20 %, canary {canary_pods} of {STABLE} stable pods",
+            at_20.len()
+        );
+        record_result(json!({
+            "scenario": "an_autoscaled_canary_at_20_percent_runs_a_fifth_of_the_pods",
+            "rps": 10, "stable_pods": STABLE, "canary_pods_at_20": canary_pods,
+            "seconds_at_20": at_20.len(),
+            "stable_min_during_canary": samples.iter().map(|s| s.0.0).min(),
+            "phases": [phase("bump to promoted", &records)],
         }));
         app.app.env.finish().await;
     });

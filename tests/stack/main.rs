@@ -17,6 +17,8 @@ mod support;
 #[path = "../e2e/env.rs"]
 mod env;
 
+// Shared with the other real-stack binaries; this one uses a part.
+#[allow(dead_code)]
 mod app;
 mod crash;
 mod ports;
