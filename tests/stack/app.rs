@@ -154,15 +154,21 @@ pub struct App {
     pub url: String,
 }
 
-/// The example's OpenMedModel with `spec.qualityGate` naming the example's
-/// probe set (`examples/real/probes.yaml`), and that ConfigMap.
-fn gated_model() -> String {
+/// The example's OpenMedModel, without its namespace (the test's).
+pub fn example_model() -> Value {
     let model = std::fs::read_to_string(root().join("examples/real/openmedmodel.yaml")).unwrap();
     let mut value: Value = serde_yaml::from_str(&model).unwrap();
     value["metadata"]
         .as_object_mut()
         .unwrap()
         .remove("namespace");
+    value
+}
+
+/// The example's OpenMedModel with `spec.qualityGate` naming the example's
+/// probe set (`examples/real/probes.yaml`), and that ConfigMap.
+fn gated_model() -> String {
+    let mut value = example_model();
     value["spec"]["qualityGate"] =
         json!({"configMapRef": {"name": "pii-probes"}, "minRecall": {"*": 1.0}});
     let probes = std::fs::read_to_string(root().join("examples/real/probes.yaml")).unwrap();

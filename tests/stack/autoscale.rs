@@ -92,12 +92,7 @@ fn parse_documents(text: &str) -> Vec<Value> {
 /// The example's model with `spec.autoscaling` through KEDA, reading the
 /// pods' Prometheus.
 fn autoscaled_model() -> String {
-    let model = std::fs::read_to_string(root().join("examples/real/openmedmodel.yaml")).unwrap();
-    let mut value: Value = serde_yaml::from_str(&model).unwrap();
-    value["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("namespace");
+    let mut value = example_model();
     value["spec"]["autoscaling"] = json!({
         "minReplicas": MIN, "maxReplicas": MAX,
         "queueDepthPerPod": QUEUE_PER_POD, "inflightRequestsPerPod": INFLIGHT_PER_POD,
@@ -126,6 +121,42 @@ async fn deploy(prefix: &str) -> App {
     .await;
     let url = routed(&env).await;
     App { env, url }
+}
+
+/// The Deployment's `spec.replicas`, pods and ready pods, and what KEDA's
+/// autoscaler asks for.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    spec: i64,
+    pods: i64,
+    ready: i64,
+    desired: Option<i64>,
+}
+
+/// Reads [`Counts`] now.
+async fn counts(
+    deployments: &Api<k8s_openapi::api::apps::v1::Deployment>,
+    autoscalers: &Api<HorizontalPodAutoscaler>,
+) -> Option<Counts> {
+    let d = deployments.get(NAME).await.ok()?;
+    let status = d.status.unwrap_or_default();
+    let desired = autoscalers
+        .get_opt(&format!("keda-hpa-{NAME}"))
+        .await
+        .ok()
+        .flatten()
+        .and_then(|h| h.status)
+        .map(|s| i64::from(s.desired_replicas));
+    Some(Counts {
+        spec: i64::from(d.spec.and_then(|s| s.replicas).unwrap_or(0)),
+        pods: i64::from(status.replicas.unwrap_or(0)),
+        ready: i64::from(status.ready_replicas.unwrap_or(0)),
+        desired,
+    })
+}
+
+fn autoscalers(app: &App) -> Api<HorizontalPodAutoscaler> {
+    Api::namespaced(app.env.client.clone(), &app.env.ns.name)
 }
 
 /// One second of the timeline.
@@ -214,8 +245,7 @@ async fn sampler(
     let (queue_query, inflight_query) = trigger_queries(app).await;
     let prometheus = pods_prometheus();
     let deployments = app.env.deployments();
-    let autoscalers: Api<HorizontalPodAutoscaler> =
-        Api::namespaced(app.env.client.clone(), &app.env.ns.name);
+    let autoscalers = autoscalers(app);
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let mut samples = Vec::new();
@@ -226,22 +256,20 @@ async fn sampler(
                 _ = tick.tick() => {}
             }
             let t_ms = now_ms();
-            let Ok(d) = deployments.get(NAME).await else {
+            let Some(Counts {
+                spec,
+                pods,
+                ready,
+                desired,
+            }) = counts(&deployments, &autoscalers).await
+            else {
                 continue;
             };
-            let status = d.status.unwrap_or_default();
-            let desired = autoscalers
-                .get_opt(&format!("keda-hpa-{NAME}"))
-                .await
-                .ok()
-                .flatten()
-                .and_then(|h| h.status)
-                .map(|s| i64::from(s.desired_replicas));
             let sample = Sample {
                 t_ms,
-                spec: i64::from(d.spec.and_then(|s| s.replicas).unwrap_or(0)),
-                pods: i64::from(status.replicas.unwrap_or(0)),
-                ready: i64::from(status.ready_replicas.unwrap_or(0)),
+                spec,
+                pods,
+                ready,
                 desired,
                 queue: query(&prometheus, &queue_query).await,
                 inflight: query(&prometheus, &inflight_query).await,
@@ -254,35 +282,33 @@ async fn sampler(
     (stop, task)
 }
 
-/// Polls the Deployment's `spec.replicas`, pods and ready pods and the
-/// autoscaler's desired count until `done` holds of them; returns them.
+/// Polls [`Counts`] until `done` holds of them; returns them.
 async fn wait_counts(
     app: &App,
     what: &str,
     deadline: Duration,
-    done: impl Fn(i64, i64, i64, Option<i64>) -> bool,
-) -> (i64, i64, i64, Option<i64>) {
-    let autoscalers: Api<HorizontalPodAutoscaler> =
-        Api::namespaced(app.env.client.clone(), &app.env.ns.name);
+    done: impl Fn(&Counts) -> bool,
+) -> Counts {
+    let deployments = app.env.deployments();
+    let autoscalers = autoscalers(app);
     wait_for(what, deadline, || async {
-        let d = app.env.deployments().get(NAME).await.ok()?;
-        let status = d.status.clone().unwrap_or_default();
-        let desired = autoscalers
-            .get_opt(&format!("keda-hpa-{NAME}"))
-            .await
-            .ok()
-            .flatten()
-            .and_then(|h| h.status)
-            .map(|s| i64::from(s.desired_replicas));
-        let counts = (
-            i64::from(d.spec.and_then(|s| s.replicas).unwrap_or(0)),
-            i64::from(status.replicas.unwrap_or(0)),
-            i64::from(status.ready_replicas.unwrap_or(0)),
-            desired,
-        );
-        done(counts.0, counts.1, counts.2, counts.3).then_some(counts)
+        let now = counts(&deployments, &autoscalers).await?;
+        done(&now).then_some(now)
     })
     .await
+}
+
+/// Waits until the autoscaler asks for more than `MIN` pods; returns what
+/// it asks for.
+async fn wait_asked_for_more(app: &App) -> i64 {
+    let asked = wait_counts(
+        app,
+        "the autoscaler to ask for more than two pods",
+        Duration::from_secs(150),
+        |c| c.desired.is_some_and(|d| d > MIN),
+    )
+    .await;
+    asked.desired.unwrap()
 }
 
 /// The first sample at or after `from` that satisfies `p`, in s after
@@ -346,19 +372,12 @@ fn load_beyond_two_pods_scales_up_and_its_end_scales_back_down() {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let loaded = now_ms();
         let (stop_heavy, heavy) = app.load(Some(V1), HEAVY_RPS, Duration::from_secs(240));
-        let (_, _, _, asked) = wait_counts(
-            &app,
-            "the autoscaler to ask for more than two pods",
-            Duration::from_secs(150),
-            |_, _, _, desired| desired.is_some_and(|d| d > MIN),
-        )
-        .await;
-        let asked = asked.unwrap();
+        let asked = wait_asked_for_more(&app).await;
         wait_counts(
             &app,
             "every pod the autoscaler asked for to be Ready",
             WARM,
-            |spec, pods, ready, _| spec >= asked && pods == spec && ready == spec,
+            |c| c.spec >= asked && c.pods == c.spec && c.ready == c.spec,
         )
         .await;
         let all_ready = now_ms();
@@ -369,7 +388,7 @@ fn load_beyond_two_pods_scales_up_and_its_end_scales_back_down() {
             &app,
             "every pod the autoscaler asks for to be Ready under the load",
             WARM,
-            |spec, pods, ready, desired| desired == Some(spec) && pods == spec && ready == spec,
+            |c| c.desired == Some(c.spec) && c.pods == c.spec && c.ready == c.spec,
         )
         .await;
         let _ = stop_heavy.send(());
@@ -378,7 +397,7 @@ fn load_beyond_two_pods_scales_up_and_its_end_scales_back_down() {
             &app,
             "the Deployment back at two ready pods",
             Duration::from_secs(240),
-            |spec, pods, ready, _| spec == MIN && pods == MIN && ready == MIN,
+            |c| c.spec == MIN && c.pods == MIN && c.ready == MIN,
         )
         .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -443,26 +462,19 @@ fn a_bump_in_the_middle_of_a_scale_up_keeps_every_pod_asked_for() {
         let loaded = now_ms();
         let (stop_sampling, sampling) = sampler(&app, loaded).await;
         let (stop_load, load) = app.load(Some(V1), HEAVY_RPS, Duration::from_secs(360));
-        let (_, _, _, asked) = wait_counts(
-            &app,
-            "the autoscaler to ask for more than two pods",
-            Duration::from_secs(150),
-            |_, _, _, desired| desired.is_some_and(|d| d > MIN),
-        )
-        .await;
+        let asked = wait_asked_for_more(&app).await;
         let bumped = now_ms();
         app.env.set_spec(NAME, json!({"version": V2})).await;
         app.env.wait_ready(NAME, V2).await;
         let rolled = now_ms();
-        let (spec, _, _, _) = wait_counts(
+        let spec = wait_counts(
             &app,
             "every pod the autoscaler asks for Ready on the new template",
             WARM,
-            |spec, pods, ready, desired| {
-                desired.is_some_and(|d| spec >= d) && pods == spec && ready == spec
-            },
+            |c| c.desired.is_some_and(|d| c.spec >= d) && c.pods == c.spec && c.ready == c.spec,
         )
-        .await;
+        .await
+        .spec;
         tokio::time::sleep(Duration::from_secs(5)).await;
         let _ = stop_load.send(());
         let _ = stop_sampling.send(());
@@ -470,7 +482,7 @@ fn a_bump_in_the_middle_of_a_scale_up_keeps_every_pod_asked_for() {
         let samples = sampling.await.unwrap();
 
         eprintln!(
-            "autoscale::a_bump_in_the_middle_of_a_scale_up ({HEAVY_RPS} requests/s naming v1; bumped when the autoscaler first asked for {asked:?}):"
+            "autoscale::a_bump_in_the_middle_of_a_scale_up ({HEAVY_RPS} requests/s naming v1; bumped when the autoscaler first asked for {asked}):"
         );
         assert_all_served(&records);
         assert_answered_as_named(&records, V1);
