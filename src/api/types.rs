@@ -445,6 +445,36 @@ pub struct OpenMedModelStatus {
     pub autoscaling: Option<AutoscalingStatus>,
 }
 
+impl OpenMedModelStatus {
+    /// The spec the stable Deployment serves once its rollout is done: the
+    /// version soaking on the applied template while it soaks, else the
+    /// last successful one. What a canary's stable side is, soaking or not.
+    pub fn stable_spec(&self) -> Option<&OpenMedModelSpec> {
+        self.soak
+            .as_ref()
+            .filter(|s| {
+                s.soaked_time.is_none()
+                    && self.applied_spec_hash.as_deref() == Some(s.spec_hash.as_str())
+            })
+            .and_then(|s| s.spec.as_ref())
+            .or(self.last_successful_spec.as_ref())
+    }
+
+    /// Every spec the status holds, whose objects (snapshots, served
+    /// names) the operator keeps: the retained pair, the spec a rollback
+    /// restored, and the version soaking.
+    pub fn known_specs(&self) -> impl Iterator<Item = &OpenMedModelSpec> {
+        [
+            self.last_successful_spec.as_ref(),
+            self.previous_successful_spec.as_ref(),
+            self.rollback_spec.as_ref(),
+            self.soak.as_ref().and_then(|s| s.spec.as_ref()),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
 /// A version judged for `rolloutStrategy.soakSeconds` after it turned
 /// Ready. Until it has soaked it is not yet `lastSuccessfulSpec`: a
 /// failure during the soak rolls back to the version before it.
@@ -457,6 +487,15 @@ pub struct SoakStatus {
     /// Hash of the normalized spec soaking (`appliedSpecHash` when the
     /// soak began).
     pub spec_hash: String,
+
+    /// The normalized spec soaking: what the stable Deployment serves
+    /// while it soaks, though it is not yet `lastSuccessfulSpec`. A canary
+    /// started meanwhile compares with it, and the canary Deployment at
+    /// rest serves it. Kept as the operator wrote it (the schema of a
+    /// spec is `spec`'s, and is not repeated here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "written_spec_schema")]
+    pub spec: Option<OpenMedModelSpec>,
 
     /// When the version turned Ready and the soak began.
     pub start_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
@@ -547,6 +586,15 @@ pub(super) fn default_container_name() -> String {
 /// inside `allOf`. Value checks may not go inside that `anyOf`, so the
 /// percent pattern and the minimum sit beside it in the `allOf`: `pattern`
 /// applies only to strings and `minimum` only to numbers.
+/// A normalized spec the operator keeps in the status for itself: an
+/// object the API server stores as written.
+fn written_spec_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
 fn int_or_percent_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "x-kubernetes-int-or-string": true,

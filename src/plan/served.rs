@@ -8,14 +8,14 @@
 //! served set by hand refuses the new version once the bump is done.
 //!
 //! The operator therefore writes the variable beside the preload pointer,
-//! expand then contract: a template serves the version it preloads and the
-//! one retained version clients were using before it ([`model_entries`]).
-//! A bump's new pods answer both the old and the new name; an automatic
-//! rollback's pods answer the version they restore and the one before it,
-//! exactly the template that version had; a manual rollback's pods answer
-//! the version they restore and the one they replace. A version leaves the
-//! set with the next template that no longer retains it, so the set
-//! contracts as pods roll anyway, never by a restart of its own.
+//! expand then contract: a template serves the version it preloads and
+//! every version the pods it replaces serve ([`model_entries`]). A bump's
+//! new pods answer both the old and the new name, whether the old one
+//! soaked or still soaks; a rollback's pods answer the version they
+//! restore and the one they replace, once pods of that one were ready (a
+//! version that never warmed served nobody). A version leaves the set with
+//! the next template written once no pod serves it, so the set contracts
+//! as pods roll anyway, never by a restart of its own.
 //!
 //! Entries the container already lists that are not versions of this model
 //! are someone else's, and stay, after the model's own. A set read from a
@@ -129,17 +129,18 @@ fn reference_name(from: &Value) -> String {
 }
 
 /// The model's own entries for a template preloading `version`: that
-/// version, then the first of the retained versions (`last`, then
-/// `previous` successful) that is another one. Names the service would
-/// refuse as served ids are left out: it refuses to start with one listed.
-pub fn model_entries(version: &str, retained: [Option<&str>; 2]) -> Vec<String> {
-    let other = retained.into_iter().flatten().find(|v| *v != version);
-    [Some(version), other]
-        .into_iter()
-        .flatten()
-        .filter(|v| is_served_name(v))
-        .map(str::to_owned)
-        .collect()
+/// version, then each version clients may be using when it is written
+/// (`in_use`: what the pods it replaces serve), once. Names the service
+/// would refuse as served ids are left out: it refuses to start with one
+/// listed.
+pub fn model_entries(version: &str, in_use: &[&str]) -> Vec<String> {
+    let mut entries: Vec<String> = Vec::new();
+    for v in std::iter::once(version).chain(in_use.iter().copied()) {
+        if is_served_name(v) && !entries.iter().any(|e| e == v) {
+            entries.push(v.to_owned());
+        }
+    }
+    entries
 }
 
 /// The ids the service serves when the variable is not set, beside what it
@@ -154,8 +155,8 @@ pub const SERVICE_DEFAULTS: [&str; 2] = [
 /// entries recorded on the Deployment ([`recorded`]): the recorded ones
 /// when they were written for this version (so the set stays the same
 /// while the version's pods roll, whatever the history learns meanwhile),
-/// else [`model_entries`] of `retained`.
-pub fn entries_for(version: &str, recorded: &[String], retained: [Option<&str>; 2]) -> Vec<String> {
+/// else [`model_entries`] of `in_use`.
+pub fn entries_for(version: &str, recorded: &[String], in_use: &[&str]) -> Vec<String> {
     if recorded.first().map(String::as_str) == Some(version) {
         return recorded
             .iter()
@@ -163,7 +164,7 @@ pub fn entries_for(version: &str, recorded: &[String], retained: [Option<&str>; 
             .cloned()
             .collect();
     }
-    model_entries(version, retained)
+    model_entries(version, in_use)
 }
 
 /// The value to write: the model's entries, then the declared entries that
@@ -264,7 +265,7 @@ pub fn rendered(
     }
     let recorded = recorded(deployment);
     let before = recorded.first().map(String::as_str).or(pointer_version);
-    let model = entries_for(version, &recorded, [before, None]);
+    let model = entries_for(version, &recorded, before.as_slice());
     let mut known: Vec<&str> = recorded.iter().map(String::as_str).collect();
     known.extend(pointer_version);
     let Some(value) = value(&model, &declared, &known, container)? else {
@@ -357,41 +358,21 @@ mod tests {
     }
 
     #[test]
-    fn a_template_serves_its_version_and_the_retained_one_clients_used() {
-        // First rollout: nothing retained.
-        assert_eq!(model_entries("O/v1", [None, None]), strings(&["O/v1"]));
-        // A bump from v1 (last) while v0 is the previous: v0 leaves.
+    fn a_template_serves_its_version_and_the_ones_its_pods_replace() {
+        // First rollout: nothing served before.
+        assert_eq!(model_entries("O/v1", &[]), strings(&["O/v1"]));
+        // A bump from v1: v1's clients are answered by the new pods.
+        assert_eq!(model_entries("O/v2", &["O/v1"]), strings(&["O/v2", "O/v1"]));
+        // A bump in the middle of a rollout: both versions that have
+        // ready pods, once each, the version itself first.
         assert_eq!(
-            model_entries("O/v2", [Some("O/v1"), Some("O/v0")]),
-            strings(&["O/v2", "O/v1"])
+            model_entries("O/v3", &["O/v1", "O/v2", "O/v3", "O/v1"]),
+            strings(&["O/v3", "O/v1", "O/v2"])
         );
-        // Once v2 succeeded (last v2, previous v1): the same set, so the
-        // status catching up restarts nothing.
-        assert_eq!(
-            model_entries("O/v2", [Some("O/v2"), Some("O/v1")]),
-            strings(&["O/v2", "O/v1"])
-        );
-        // An automatic rollback to v1 (last v1, previous v0): v1's own
-        // template again.
-        assert_eq!(
-            model_entries("O/v1", [Some("O/v1"), Some("O/v0")]),
-            strings(&["O/v1", "O/v0"])
-        );
-        // A manual rollback to v0 from v1: both, before and after the
-        // status swaps them.
-        assert_eq!(
-            model_entries("O/v0", [Some("O/v1"), Some("O/v0")]),
-            strings(&["O/v0", "O/v1"])
-        );
-        assert_eq!(
-            model_entries("O/v0", [Some("O/v0"), Some("O/v1")]),
-            strings(&["O/v0", "O/v1"])
-        );
+        // A rollback to v1 from v2: both.
+        assert_eq!(model_entries("O/v1", &["O/v2"]), strings(&["O/v1", "O/v2"]));
         // A version that is a path in the image is no served name.
-        assert_eq!(
-            model_entries("/models/pii", [Some("O/v1"), None]),
-            strings(&["O/v1"])
-        );
+        assert_eq!(model_entries("/models/pii", &["O/v1"]), strings(&["O/v1"]));
     }
 
     #[test]

@@ -114,7 +114,10 @@ impl Step<'_> {
         let (Some(_), Mode::Forward) = (canary, mode) else {
             return Part::None;
         };
-        let Some(stable_spec) = self.old.last_successful_spec.clone() else {
+        // The stable side is what the stable Deployment serves: the
+        // version soaking there, while it soaks, is no less the stable
+        // one than a version that soaked.
+        let Some(stable_spec) = self.old.stable_spec().cloned() else {
             // The first version has nothing to compare with.
             return Part::None;
         };
@@ -131,12 +134,10 @@ impl Step<'_> {
         match current.map(|c| (c.state, c.aborted_generation)) {
             Some((CanaryState::Promoting | CanaryState::Promoted, _)) => Part::Promote,
             Some((CanaryState::Aborted, _)) | None => {
-                // A canary starts from a stable target at rest; a change
-                // made while the stable one is itself rolling goes to it
-                // directly.
-                if self.old.applied_spec_hash.as_deref() != Some(stable.spec_hash.as_str()) {
-                    return Part::None;
-                }
+                // A change made while the stable Deployment is itself
+                // rolling does not skip its canary either: the stable
+                // side goes back to the version that proved itself there
+                // (the hold writes it), and the canary compares with it.
                 if !self.restore_route() {
                     // The last canary's weights go back first: a canary
                     // started on them would take them for Git's.
@@ -172,7 +173,7 @@ impl Step<'_> {
         if !failed {
             return None;
         }
-        let stable = self.old.last_successful_spec.as_ref()?;
+        let stable = self.old.stable_spec()?;
         Some(self.retained_plan(stable, desired))
     }
 
@@ -256,7 +257,7 @@ impl Step<'_> {
         self.share_snapshot(&mut candidate, stable);
         if self.autoscaling.is_some() {
             candidate.deployment.replicas = Some(autoscaling::canary_replicas(
-                c.weight,
+                sized_share(&c, canary),
                 progress::wanted_replicas(stable),
             ));
         }
@@ -326,6 +327,41 @@ impl Step<'_> {
                 "{problem}; the canary is aborted unless it is available again within {deadline} s"
             ),
         );
+    }
+
+    /// With an autoscaler, why the canary Deployment cannot take `step`'s
+    /// share yet: it has fewer available pods on its template than that
+    /// share of the stable pods.
+    fn share_pods_missing(&self, step: &crate::api::CanaryStep) -> Option<String> {
+        self.autoscaling.as_ref()?;
+        let (stable, canary) = (self.obs.target?, self.obs.canary_target?);
+        let needed =
+            autoscaling::canary_replicas(step_share(step), progress::wanted_replicas(stable));
+        let status = canary.status.as_ref();
+        let current = status.and_then(|s| s.observed_generation) == canary.metadata.generation;
+        let available = status.filter(|_| current).map_or(0, |s| {
+            s.updated_replicas
+                .unwrap_or(0)
+                .min(s.available_replicas.unwrap_or(0))
+        });
+        (available < needed).then(|| {
+            format!(
+                "scaling Deployment {} to {needed} pods before its share of the traffic moves ({available} available)",
+                canary.metadata.name.clone().unwrap_or_default()
+            )
+        })
+    }
+
+    /// The step waits for its pods: not a pause (nothing a person must
+    /// do), and the canary Deployment's watch brings the next pass.
+    fn scaling_first(&mut self, c: &mut CanaryStatus, message: String) {
+        if c.message != message {
+            self.event(EventType::Normal, reason::CANARY_SCALING, message.clone());
+        }
+        c.message = message.clone();
+        self.status.canary = Some(c.clone());
+        self.canary_conditions(reason::CANARY_SCALING, false, &message);
+        self.look_again(ROUTE_LOOK);
     }
 
     /// The canary's snapshot is the stable plan's, with the same owners,
@@ -470,6 +506,12 @@ impl Step<'_> {
                 c.step_start_time = Some(self.obs.now.clone());
                 self.holding(c, canary);
                 self.look_again(Duration::from_secs(1));
+            } else if seen == before
+                && let Some(waiting) = self.share_pods_missing(&step)
+            {
+                // The pods first, then their share of the traffic: an
+                // overloaded canary fails its analysis for want of pods.
+                self.scaling_first(c, waiting);
             } else if seen == before {
                 // Recorded before the write: should the canary end before
                 // a decision sees the route move (a crash, an abort, an
@@ -885,7 +927,7 @@ impl Step<'_> {
     }
 
     /// Outside a canary: the weights of the last one go back, and the
-    /// canary Deployment serves the last successful version.
+    /// canary Deployment serves what the stable one does.
     pub(super) fn canary_at_rest(&mut self, canary: Option<&Canary>, stable: &Deployment) {
         if !self.restore_route() {
             // A canary in progress, or weights still on their way back:
@@ -896,13 +938,18 @@ impl Step<'_> {
             // The data plane may still send it requests.
             return;
         }
+        // The canary is over and its Deployment gets no more requests:
+        // the stable side's floor goes, whether or not spec.canary or the
+        // canary Deployment is still there.
+        if let Some(c) = self.status.canary.as_mut() {
+            c.stable_replicas = None;
+        }
         let Some(canary) = canary else {
             return;
         };
-        let (Some(target), Some(last)) = (
-            self.obs.canary_target,
-            self.status.last_successful_spec.clone(),
-        ) else {
+        let (Some(target), Some(last)) =
+            (self.obs.canary_target, self.status.stable_spec().cloned())
+        else {
             return;
         };
         if target.metadata.name == stable.metadata.name {
@@ -924,15 +971,13 @@ impl Step<'_> {
         }
     }
 
-    /// After a canary an autoscaler sized: the stable side's floor goes,
-    /// and the canary Deployment gets its own count back; once it has
-    /// it, the record goes too, and the next apply hands `replicas` back
-    /// to whoever scaled it before.
+    /// After a canary an autoscaler sized, the canary Deployment gets its
+    /// own count back; once it has it, the record goes too, and the next
+    /// apply hands `replicas` back to whoever scaled it before.
     fn canary_count_back(&mut self, follow: &mut Plan, target: &Deployment) {
         let Some(c) = self.status.canary.as_mut() else {
             return;
         };
-        c.stable_replicas = None;
         match c.rest_replicas {
             Some(rest) if progress::wanted_replicas(target) != rest => {
                 follow.deployment.replicas = Some(rest);
@@ -1400,6 +1445,28 @@ fn route_moved(c: &CanaryStatus) -> bool {
     !c.state.is_over()
         || c.mirror.is_some()
         || c.restore_weights.is_some_and(|r| c.weight != r.canary)
+}
+
+/// The share of the requests a step sends to the canary's pods: its
+/// weight, or the copies a mirror step sends them.
+fn step_share(step: &crate::api::CanaryStep) -> i32 {
+    match step.kind() {
+        StepKind::Weight(w) => w,
+        StepKind::Mirror(p) => p,
+    }
+}
+
+/// The share the canary's pods are sized for: the step's, and before a
+/// step's weights move, the larger of it and the next one's, so the pods
+/// are there before their traffic.
+fn sized_share(c: &CanaryStatus, canary: &Canary) -> i32 {
+    let moving = matches!(c.state, CanaryState::Progressing | CanaryState::Paused);
+    let upcoming = (moving && c.step_start_time.is_none())
+        .then(|| canary.steps.get((c.step.max(1) - 1) as usize))
+        .flatten()
+        .map(step_share);
+    let current = c.mirror.unwrap_or(0).max(c.weight);
+    upcoming.map_or(current, |next| next.max(current))
 }
 
 /// Records the step's weight and mirror before they are written.

@@ -251,6 +251,9 @@ pub mod reason {
     pub const SOAK_FAILED: &str = "SoakFailed";
     /// `openmed.ai/soak-abort` failed the soak.
     pub const SOAK_ABORTED: &str = "SoakAborted";
+    /// A new value of `openmed.ai/soak-abort` found no soak running: it
+    /// acts on nothing, then or later.
+    pub const SOAK_ABORT_IGNORED: &str = "SoakAbortIgnored";
     /// `Soaked=False` while the version `spec.version` asks for is not
     /// the one served yet (a rollout, a canary, a rollback, a block).
     pub const NOT_SERVED_YET: &str = "NotServedYet";
@@ -260,6 +263,9 @@ pub mod reason {
     pub const CANARY_WARMING: &str = "CanaryWarming";
     /// A canary step holds, measures or moves on.
     pub const CANARY_PROGRESSING: &str = "CanaryProgressing";
+    /// With an autoscaler, the canary Deployment scales to the next
+    /// step's share of the stable pods before the weights move.
+    pub const CANARY_SCALING: &str = "CanaryScaling";
     /// The canary's weights moved to a step.
     pub const CANARY_WEIGHT_CHANGED: &str = "CanaryWeightChanged";
     /// The canary waits for a person (a step without a pause, or
@@ -333,6 +339,7 @@ pub fn action(event_reason: &str) -> &'static str {
         CANARY_STARTED
         | CANARY_WARMING
         | CANARY_PROGRESSING
+        | CANARY_SCALING
         | CANARY_WEIGHT_CHANGED
         | CANARY_PAUSED
         | CANARY_PROMOTED_BY_HAND

@@ -187,6 +187,7 @@ pub fn decide(obs: &Observed) -> Decision {
     } else {
         step.reconcile();
         step.judge_quality();
+        step.soak_abort_ignored();
     }
     step.finish()
 }
@@ -588,15 +589,7 @@ impl<'a> Step<'a> {
         ];
         keep.extend(template_config_map(&observed, &wanted.deployment.container));
         keep.extend(also_keep.iter().cloned());
-        let status = &self.status;
-        for spec in [
-            &status.last_successful_spec,
-            &status.previous_successful_spec,
-            &status.rollback_spec,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for spec in self.status.known_specs() {
             keep.push(name_of(&self.plan(spec).snapshot).to_owned());
             keep.push(name_of(&self.retained_plan(spec, desired).snapshot).to_owned());
         }

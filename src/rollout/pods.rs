@@ -76,6 +76,11 @@ pub struct ContainerView {
     /// `state.waiting.reason` (`CrashLoopBackOff` while the kubelet holds
     /// a crashed container back), if it waits.
     pub waiting: Option<String>,
+    /// `state.running.startedAt` (the kubelet's clock), in seconds since
+    /// the epoch, while it runs: since when its model has been warming or
+    /// serving. A pod whose container never ran (unscheduled, its image
+    /// being pulled) has none.
+    pub running_since: Option<i64>,
 }
 
 /// The kubelet's reason for a container it holds back after crashes.
@@ -151,6 +156,12 @@ impl PodView {
                                 .as_ref()
                                 .and_then(|s| s.waiting.as_ref())
                                 .and_then(|w| w.reason.clone()),
+                            running_since: c
+                                .state
+                                .as_ref()
+                                .and_then(|s| s.running.as_ref())
+                                .and_then(|r| r.started_at.as_ref())
+                                .map(|t| t.0.as_second()),
                         }
                     })
                     .collect()

@@ -278,23 +278,17 @@ pub fn version_of(resource: &ResourceView, snapshot: &str) -> Option<String> {
     let spec: Option<OpenMedModelSpec> = validate_spec(&resource.spec, None).ok();
     let status = &resource.status;
     let id = resource.id();
-    [
-        spec.as_ref(),
-        status.rollback_spec.as_ref(),
-        status.last_successful_spec.as_ref(),
-        status.previous_successful_spec.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|s| {
-        let placed = match &spec {
-            Some(current) => plan::placed_as(s, current),
-            None => (*s).clone(),
-        };
-        let planned = plan::plan(&id, &placed, TargetOptions::default());
-        planned.deployment.snapshot_label.as_deref() == Some(snapshot)
-    })
-    .map(|s| s.version.clone())
+    spec.iter()
+        .chain(status.known_specs())
+        .find(|s| {
+            let placed = match &spec {
+                Some(current) => plan::placed_as(s, current),
+                None => (*s).clone(),
+            };
+            let planned = plan::plan(&id, &placed, TargetOptions::default());
+            planned.deployment.snapshot_label.as_deref() == Some(snapshot)
+        })
+        .map(|s| s.version.clone())
 }
 
 /// The request body for one probe text.

@@ -123,14 +123,7 @@ pub fn config_map_names(resource: &ResourceView) -> Vec<String> {
         let (pointer, snapshot) = snapshot_of(spec);
         names.extend([pointer, snapshot]);
     }
-    for spec in [
-        &status.last_successful_spec,
-        &status.previous_successful_spec,
-        &status.rollback_spec,
-    ]
-    .into_iter()
-    .flatten()
-    {
+    for spec in status.known_specs() {
         let (pointer, snapshot) = snapshot_of(spec);
         names.extend([pointer, snapshot]);
         if let Some(current) = &current {

@@ -1,12 +1,12 @@
 //! The served set of each template the operator writes ([`plan::served`]):
-//! filled in from the Deployment it goes to and the versions the resource
-//! retains, or refused before any pod is replaced.
+//! filled in from the Deployment it goes to and the versions its pods serve
+//! when it is written, or refused before any pod is replaced.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use serde_json::Value;
 
-use super::{MANIFEST_HASH_ANNOTATION, Step, reason};
-use crate::api::names::FIELD_MANAGER;
+use super::{MANIFEST_HASH_ANNOTATION, Step, reason, target_name};
+use crate::api::names::{FIELD_MANAGER, MANIFEST_SNAPSHOT_LABEL, PRELOAD_ENV};
 use crate::plan::{Plan, served};
 
 impl Step<'_> {
@@ -60,7 +60,9 @@ impl Step<'_> {
         // controller takes its own ReplicaSet back, and the status keeps
         // no such name.
         let recorded = served::recorded(&observed);
-        let model = served::entries_for(&version, &recorded, self.retained_versions());
+        let in_use = self.in_use(target, &version);
+        let in_use: Vec<&str> = in_use.iter().map(String::as_str).collect();
+        let model = served::entries_for(&version, &recorded, &in_use);
         // The entries an earlier write recorded as the model's are the
         // model's, even when the status no longer names them.
         let mut known = self.known_versions(&version);
@@ -100,6 +102,79 @@ impl Step<'_> {
         (!others.is_empty()).then(|| others.join(","))
     }
 
+    /// The versions clients may be using on `target` when a template is
+    /// written for it: what its ready pods preload and, on the stable
+    /// Deployment, what every pod served when its last rollout completed
+    /// (`activeVersion`, which a soaking version already is). When none is
+    /// another version than `version` (a first rollout, the rollback of a
+    /// version that never warmed), the first retained one that is: the
+    /// template that version had.
+    fn in_use(&self, target: &Deployment, version: &str) -> Vec<String> {
+        let mut versions = Vec::new();
+        if target.metadata.name.as_deref() == Some(target_name(self.obs.resource).as_str()) {
+            versions.extend(self.old.active_version.clone());
+        }
+        versions.extend(self.ready_pod_versions(target));
+        if versions.iter().all(|v| v == version) {
+            let retained = self.retained_versions().into_iter().flatten();
+            versions.extend(
+                retained
+                    .filter(|v| *v != version)
+                    .take(1)
+                    .map(str::to_owned),
+            );
+        }
+        versions
+    }
+
+    /// The versions the ready pods of `target`'s ReplicaSets preload, by
+    /// the snapshot each one's template reads (sorted, once each).
+    fn ready_pod_versions(&self, target: &Deployment) -> Vec<String> {
+        let Some(uid) = target.metadata.uid.as_deref() else {
+            return Vec::new();
+        };
+        let replica_sets: Vec<&str> = self
+            .obs
+            .snapshot_uses
+            .iter()
+            .filter(|u| u.deployment.as_deref() == Some(uid))
+            .map(|u| u.replica_set.as_str())
+            .collect();
+        let key = self.obs.resource.key();
+        let mut versions: Vec<String> = self
+            .obs
+            .pods
+            .iter()
+            .filter(|p| p.containers_ready && !p.terminating && p.owner.as_deref() == Some(&key))
+            .filter(|p| {
+                p.replica_set
+                    .as_deref()
+                    .is_some_and(|rs| replica_sets.contains(&rs))
+            })
+            .filter_map(|p| self.snapshot_version(p.snapshot.as_deref()?))
+            .collect();
+        versions.sort();
+        versions.dedup();
+        versions
+    }
+
+    /// The version an owned snapshot of short hash `short` holds.
+    fn snapshot_version(&self, short: &str) -> Option<String> {
+        self.obs
+            .config_maps
+            .iter()
+            .find(|cm| {
+                self.owns(cm)
+                    && cm
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(MANIFEST_SNAPSHOT_LABEL))
+                        .is_some_and(|s| s == short)
+            })
+            .and_then(|cm| cm.data.as_ref()?.get(PRELOAD_ENV).cloned())
+    }
+
     /// The retained versions, the last successful one first.
     fn retained_versions(&self) -> [Option<&str>; 2] {
         [
@@ -113,14 +188,8 @@ impl Step<'_> {
     /// entries of a served set that are the model's own.
     fn known_versions(&self, version: &str) -> Vec<String> {
         let s = &self.status;
-        let specs = [
-            &s.last_successful_spec,
-            &s.previous_successful_spec,
-            &s.rollback_spec,
-        ];
-        let mut known: Vec<String> = specs
-            .into_iter()
-            .flatten()
+        let mut known: Vec<String> = s
+            .known_specs()
             .map(|spec| spec.version.clone())
             .chain(s.desired_version.clone())
             .chain(s.active_version.clone())

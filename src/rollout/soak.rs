@@ -38,6 +38,9 @@ pub struct Watch<'a> {
     /// The Deployment has every pod of its template ready and available,
     /// and no other left.
     pub complete: bool,
+    /// `rolloutStrategy.progressDeadlineSeconds`: how long a pod of the
+    /// template may warm.
+    pub deadline: i64,
     /// The quality gate failed a pod of the template (its words).
     pub quality_failure: Option<String>,
     /// A new value of `openmed.ai/soak-abort`.
@@ -112,6 +115,31 @@ pub fn judge(watch: &Watch) -> Verdict {
             ));
         }
     }
+    // Pods on a node whose model is not ready yet. A pod with no status
+    // of its container was never placed (unscheduled at the autoscaler's
+    // maximum, say): that is capacity, not the version.
+    let warming: Vec<&&PodView> = pods
+        .iter()
+        .filter(|p| !p.containers_ready)
+        .filter(|p| p.containers.iter().any(|c| c.name == watch.container))
+        .collect();
+    for pod in &warming {
+        // A pod that began warming during the soak (a replacement, a
+        // scale-up) and is not ready a whole progress deadline later: the
+        // version cannot warm. The Deployment's own verdict would not
+        // tell this from a lack of capacity, which is not the version's.
+        let Some(since) = running_since(pod, watch.container) else {
+            continue;
+        };
+        if since >= watch.started && watch.now - since > watch.deadline {
+            return failed(format!(
+                "pod {} has warmed for {} s without becoming ready, longer than the progress deadline ({} s)",
+                pod.name,
+                watch.now - since,
+                watch.deadline
+            ));
+        }
+    }
     if let Some(message) = &watch.quality_failure {
         return failed(message.clone());
     }
@@ -122,13 +150,33 @@ pub fn judge(watch: &Watch) -> Verdict {
             waiting: None,
         };
     }
-    if !watch.complete {
+    if let Some(pod) = warming.first() {
+        return Verdict::Soaking {
+            remaining: 0,
+            waiting: Some(format!(
+                "its time is up; waiting for pod {} to be ready",
+                pod.name
+            )),
+        };
+    }
+    if !watch.complete && pods.is_empty() {
         return Verdict::Soaking {
             remaining: 0,
             waiting: Some("its time is up; waiting for every pod to be ready".into()),
         };
     }
+    // Pods that never ran (unscheduled, refused by a quota) are the
+    // cluster's capacity, not the version's: the Deployment's Degraded
+    // condition says so, and the soak does not wait for them.
     Verdict::Soaked
+}
+
+/// Since when `container` of `pod` runs, if it does.
+fn running_since(pod: &PodView, container: &str) -> Option<i64> {
+    pod.containers
+        .iter()
+        .find(|c| c.name == container)
+        .and_then(|c| c.running_since)
 }
 
 /// `Soaked=True`'s message, from the record alone, so every pass that
@@ -172,6 +220,7 @@ impl Step<'_> {
         self.status.soak = Some(SoakStatus {
             version: wanted.normalized.version.clone(),
             spec_hash: wanted.spec_hash.clone(),
+            spec: Some(wanted.normalized.clone()),
             start_time: now.clone(),
             end_time: at(now.0.as_second() + self.soak_seconds),
             soaked_time: None,
@@ -222,23 +271,24 @@ impl Step<'_> {
         } else {
             None
         };
-        let analysis_failure = self.judge_soak_analysis(&mut soak);
-        let verdict = match (&progress, analysis_failure) {
-            (_, Some(message)) => Verdict::Failed {
+        // The Deployment's own verdict (a progress deadline, a replica
+        // failure) is not the version's once it turned Ready: after the
+        // rollout only a scale moves the Deployment, and a scale the
+        // cluster cannot carry out is capacity. The version's pods are
+        // judged one by one instead.
+        let verdict = match self.judge_soak_analysis(&mut soak) {
+            Some(message) => Verdict::Failed {
                 reason: reason::SOAK_FAILED,
                 message,
             },
-            (Err(Some(words)), None) => Verdict::Failed {
-                reason: reason::SOAK_FAILED,
-                message: format!("the Deployment stopped progressing: {words}"),
-            },
-            _ => judge(&Watch {
+            None => judge(&Watch {
                 pods: self.rollout_pods(target),
                 container: &wanted.deployment.container,
                 started,
                 ends: soak.end_time.0.as_second(),
                 now: self.obs.now.0.as_second(),
                 complete: progress.is_ok(),
+                deadline: i64::from(wanted.normalized.rollout_strategy.progress_deadline_seconds),
                 quality_failure,
                 abort: abort.map(String::as_str),
             }),
@@ -348,6 +398,8 @@ impl Step<'_> {
             return;
         };
         soak.soaked_time = Some(now);
+        // It is `lastSuccessfulSpec` now.
+        soak.spec = None;
         let message = soaked_message(soak);
         self.condition(SOAKED, true, reason::SOAKED, message.clone());
         if self.soak_seconds > 0 {
@@ -376,6 +428,7 @@ impl Step<'_> {
         let soak = SoakStatus {
             version: wanted.normalized.version.clone(),
             spec_hash: wanted.spec_hash.clone(),
+            spec: None,
             start_time: now.clone(),
             end_time: now.clone(),
             soaked_time: Some(now),
@@ -385,6 +438,31 @@ impl Step<'_> {
         };
         self.condition(SOAKED, true, reason::SOAKED, soaked_message(&soak));
         self.status.soak = Some(soak);
+    }
+
+    /// A value of `openmed.ai/soak-abort` that no running soak took in this
+    /// pass acts on nothing: it is recorded as handled, and said once, so
+    /// it never aborts the soak of a version it was not set for (a value
+    /// left on the object, or set just after `Soaked` turned True).
+    pub(super) fn soak_abort_ignored(&mut self) {
+        let Some(value) = self.obs.resource.annotations.get(SOAK_ABORT_ANNOTATION) else {
+            return;
+        };
+        let Some(soak) = self.status.soak.as_mut() else {
+            // Nothing soaked yet to record it on: the first soak takes it.
+            return;
+        };
+        if soak.abort_handled.as_ref() == Some(value) {
+            return;
+        }
+        soak.abort_handled = Some(value.clone());
+        let why = match &soak.soaked_time {
+            Some(at) => format!("{} soaked at {}", soak.version, at.0),
+            None => format!("{} is not soaking", soak.version),
+        };
+        let message =
+            format!("{SOAK_ABORT_ANNOTATION}={value} is ignored: no soak is running ({why})");
+        self.event(EventType::Warning, reason::SOAK_ABORT_IGNORED, message);
     }
 
     /// `Soaked` is True only for the spec the resource asks for, once it
@@ -501,6 +579,7 @@ mod tests {
             ends: 1300,
             now,
             complete: true,
+            deadline: 600,
             quality_failure: None,
             abort: None,
         }
@@ -517,7 +596,7 @@ mod tests {
             }
         );
         assert_eq!(judge(&watch(&pods, 1300)), Verdict::Soaked);
-        let mut partial = watch(&pods, 1400);
+        let mut partial = watch(&[], 1400);
         partial.complete = false;
         assert!(
             matches!(
@@ -527,7 +606,26 @@ mod tests {
                     waiting: Some(_)
                 }
             ),
-            "time up with a pod still missing waits for it"
+            "time up with the Deployment incomplete and no pod seen waits"
+        );
+        let warming = [pod("a", 900, true), pod("new", 1350, false)];
+        assert_eq!(
+            judge(&watch(&warming, 1400)),
+            Verdict::Soaking {
+                remaining: 0,
+                waiting: Some("its time is up; waiting for pod new to be ready".into())
+            },
+            "time up with a pod of the version warming waits for it"
+        );
+        let mut unplaced = pod("pending", 1350, false);
+        unplaced.containers.clear();
+        let pending = [pod("a", 900, true), unplaced];
+        let mut incomplete = watch(&pending, 1400);
+        incomplete.complete = false;
+        assert_eq!(
+            judge(&incomplete),
+            Verdict::Soaked,
+            "a pod never placed on a node is capacity, not the version"
         );
     }
 

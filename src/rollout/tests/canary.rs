@@ -9,7 +9,7 @@ use crate::api::names::{
 use crate::api::{CanaryState, CanaryStatus};
 use analysis::{Check, Measurement, Reading};
 
-fn canary_spec(version: &str, steps: Value, analysis: Option<Value>) -> Value {
+pub(super) fn canary_spec(version: &str, steps: Value, analysis: Option<Value>) -> Value {
     let mut canary = json!({
         "targetRef": {"name": "svc-canary"},
         "trafficRef": {"httpRoute": "svc", "ruleName": "main",
@@ -25,7 +25,7 @@ fn canary_spec(version: &str, steps: Value, analysis: Option<Value>) -> Value {
     s
 }
 
-fn route() -> Value {
+pub(super) fn route() -> Value {
     json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": "svc", "namespace": "ns", "generation": 1},
@@ -54,7 +54,7 @@ impl World {
     /// v1 Ready on the stable Deployment, with a canary Deployment and a
     /// route at rest, and the canary block in the spec; the operator
     /// allows the tests' analysis endpoints.
-    fn canary_ready(steps: Value, analysis: Option<Value>) -> World {
+    pub(super) fn canary_ready(steps: Value, analysis: Option<Value>) -> World {
         let mut w = World::new(canary_spec("v1", steps, analysis));
         w.settings.analysis_allow = allow(&["http://prometheus:9090", "http://smoke"]);
         let mut canary = deployment("svc-canary");
@@ -73,11 +73,11 @@ impl World {
         w
     }
 
-    fn canary_dep(&mut self) -> &mut Value {
+    pub(super) fn canary_dep(&mut self) -> &mut Value {
         self.canary.as_mut().unwrap()
     }
 
-    fn canary_pods_ready(&mut self) {
+    pub(super) fn canary_pods_ready(&mut self) {
         let d = self.canary_dep();
         let want = d["spec"]["replicas"].clone();
         d["status"] = json!({
@@ -88,13 +88,13 @@ impl World {
     }
 
     /// The version the canary's template reads, if it reads one of ours.
-    fn canary_version(&self) -> Option<String> {
+    pub(super) fn canary_version(&self) -> Option<String> {
         let env = &self.canary.as_ref()?["spec"]["template"]["spec"]["containers"][0]["env"][0];
         let name = env["valueFrom"]["configMapKeyRef"]["name"].as_str()?;
         self.version_in(name)
     }
 
-    fn weights(&self) -> (i64, i64) {
+    pub(super) fn weights(&self) -> (i64, i64) {
         let refs = &self.route.as_ref().unwrap()["spec"]["rules"][1]["backendRefs"];
         (
             refs[0]["weight"].as_i64().unwrap(),
@@ -102,7 +102,7 @@ impl World {
         )
     }
 
-    fn canary_status(&self) -> &CanaryStatus {
+    pub(super) fn canary_status(&self) -> &CanaryStatus {
         self.status().canary.as_ref().expect("a canary status")
     }
 
@@ -113,7 +113,7 @@ impl World {
             .count()
     }
 
-    fn reasons(&self) -> Vec<&'static str> {
+    pub(super) fn reasons(&self) -> Vec<&'static str> {
         self.events.iter().map(|e| e.reason).collect()
     }
 
@@ -2079,11 +2079,11 @@ fn a_promoted_version_soaks_on_the_canary_analysis_asked_of_the_stable_backend()
 }
 
 impl World {
-    fn canary_replicas(&mut self) -> i64 {
+    pub(super) fn canary_replicas(&mut self) -> i64 {
         self.canary_dep()["spec"]["replicas"].as_i64().unwrap()
     }
 
-    fn autoscaler_min(&self) -> Option<i32> {
+    pub(super) fn autoscaler_min(&self) -> Option<i32> {
         self.autoscalers
             .iter()
             .find(|h| h.metadata.name.as_deref() == Some("svc"))
@@ -2126,9 +2126,20 @@ fn an_autoscaled_canary_runs_its_share_of_the_stable_pods_and_the_stable_side_ke
     w.canary_pods_ready();
     w.now += 5;
     w.reconcile();
-    assert_eq!(w.weights(), (80, 20));
     w.reconcile();
-    assert_eq!(w.canary_replicas(), 2, "20 % of 10 pods");
+    assert_eq!(
+        w.weights(),
+        (100, 0),
+        "no share of the traffic before the share's pods"
+    );
+    assert_eq!(w.canary_replicas(), 2, "20 % of 10 pods, first");
+    assert_eq!(
+        w.canary_status().message,
+        "scaling Deployment svc-canary to 2 pods before its share of the traffic moves (0 available)"
+    );
+    w.canary_pods_ready();
+    w.reconcile();
+    assert_eq!(w.weights(), (80, 20));
     // The autoscaler scales the stable side up: the canary follows.
     w.dep()["spec"]["replicas"] = json!(16);
     w.pods_ready();
@@ -2140,9 +2151,11 @@ fn an_autoscaled_canary_runs_its_share_of_the_stable_pods_and_the_stable_side_ke
     w.now += 31;
     w.reconcile();
     w.reconcile();
-    assert_eq!(w.weights(), (50, 50));
+    assert_eq!(w.weights(), (80, 20), "the next step's pods first");
     assert_eq!(w.canary_replicas(), 8, "50 % of 16 pods");
     w.canary_pods_ready();
+    w.reconcile();
+    assert_eq!(w.weights(), (50, 50));
 
     // Promotion: the stable side rolls at the count it has, never below
     // the floor, and the canary gets its own count back once drained.

@@ -17,8 +17,10 @@ use crate::api::names::{
 
 mod autoscaling;
 mod canary;
+
 mod served;
 mod soak;
+mod together;
 
 const UID: &str = "uid-1";
 
@@ -59,6 +61,24 @@ struct World {
     server_ahead: i64,
     events: Vec<Event>,
     writes: Vec<Write>,
+    /// Every write carried out with the world as it was just before it,
+    /// when a test keeps one (the model-based test judges each write).
+    journal: Option<Vec<Journaled>>,
+}
+
+/// A write and the world it was carried out in.
+#[derive(Debug, Clone)]
+struct Journaled {
+    write: Write,
+    /// The resource's spec and status (the decision's, which the shell
+    /// writes before the writes) at the time.
+    spec: Value,
+    status: OpenMedModelStatus,
+    /// The stable and canary Deployments and the route just before the
+    /// write.
+    stable: Option<Value>,
+    canary: Option<Value>,
+    route: Option<Value>,
 }
 
 fn spec(version: &str) -> Value {
@@ -114,6 +134,7 @@ impl World {
             server_ahead: 0,
             events: Vec::new(),
             writes: Vec::new(),
+            journal: None,
         }
     }
 
@@ -260,6 +281,16 @@ impl World {
     }
 
     fn execute(&mut self, write: &Write) {
+        if let Some(journal) = self.journal.as_mut() {
+            journal.push(Journaled {
+                write: write.clone(),
+                spec: self.resource.spec.clone(),
+                status: self.resource.status.clone(),
+                stable: self.deployment.clone(),
+                canary: self.canary.clone(),
+                route: self.route.clone(),
+            });
+        }
         match write {
             Write::ApplyConfigMap(cm) => {
                 if let Some(old) = self

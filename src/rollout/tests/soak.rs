@@ -5,7 +5,7 @@ use super::*;
 use crate::api::names::SOAK_ABORT_ANNOTATION;
 use conditions::SOAKED;
 
-fn soaking_spec(version: &str, seconds: i64) -> Value {
+pub(super) fn soaking_spec(version: &str, seconds: i64) -> Value {
     let mut spec = spec(version);
     spec["rolloutStrategy"] = json!({"soakSeconds": seconds});
     spec
@@ -13,7 +13,7 @@ fn soaking_spec(version: &str, seconds: i64) -> Value {
 
 impl World {
     /// `version` rolled out with a soak of `seconds`, soaked.
-    fn soaked_at(version: &str, seconds: i64) -> Self {
+    pub(super) fn soaked_at(version: &str, seconds: i64) -> Self {
         let mut w = World::new(soaking_spec(version, seconds));
         w.reconcile();
         w.pods_ready();
@@ -26,7 +26,7 @@ impl World {
     }
 
     /// Bumps to `version` and lets its pods get ready: its soak begins.
-    fn bump_to_soaking(&mut self, version: &str) {
+    pub(super) fn bump_to_soaking(&mut self, version: &str) {
         self.set_version(version);
         self.now += 10;
         self.reconcile();
