@@ -98,6 +98,22 @@ pub fn set(
     });
 }
 
+/// Keeps `lastTransitionTime` of every condition whose status is the one
+/// it had in `before`: a decision may set a condition on one path and
+/// again on the next (a rollback's conditions, then its failure's), and
+/// only a change from the status it started with is a transition. Else a
+/// decision taken a second later stamps a new time, writes a status, and
+/// wakes itself again.
+pub fn keep_transitions(conditions: &mut [Condition], before: &[Condition]) {
+    for c in conditions {
+        if let Some(old) = get(before, &c.type_)
+            && old.status == c.status
+        {
+            c.last_transition_time = old.last_transition_time.clone();
+        }
+    }
+}
+
 /// The condition of that type, if present.
 pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

@@ -257,6 +257,7 @@ impl<'a> Step<'a> {
 
     fn finish(mut self) -> Decision {
         self.soaked_only_for_the_desired_spec();
+        conditions::keep_transitions(&mut self.status.conditions, &self.old.conditions);
         let reported = conditions::get(&self.old.conditions, RECONCILING)
             .is_some_and(|c| c.reason == reason::RETRYING_AFTER_ERROR);
         if reported && conditions::get(&self.status.conditions, RECONCILING).is_none() {

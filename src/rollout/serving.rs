@@ -103,7 +103,8 @@ impl Step<'_> {
     }
 
     /// The versions clients may be using on `target` when a template is
-    /// written for it: what its ready pods preload and, on the stable
+    /// written for it: what its current template preloads once all its
+    /// pods are available, what its ready pods preload and, on the stable
     /// Deployment, what every pod served when its last rollout completed
     /// (`activeVersion`, which a soaking version already is). When none is
     /// another version than `version` (a first rollout, the rollback of a
@@ -114,6 +115,7 @@ impl Step<'_> {
         if target.metadata.name.as_deref() == Some(target_name(self.obs.resource).as_str()) {
             versions.extend(self.old.active_version.clone());
         }
+        versions.extend(self.template_version_served(target));
         versions.extend(self.ready_pod_versions(target));
         if versions.iter().all(|v| v == version) {
             let retained = self.retained_versions().into_iter().flatten();
@@ -125,6 +127,34 @@ impl Step<'_> {
             );
         }
         versions
+    }
+
+    /// The version `target`'s current template preloads, once the
+    /// Deployment controller reports every pod of it available: served,
+    /// whether or not a decision has judged that rollout yet. (In the
+    /// middle of a rollout the Deployment's counts cannot say whether a
+    /// new pod is available; its pods can.)
+    fn template_version_served(&self, target: &Deployment) -> Option<String> {
+        let status = target.status.as_ref()?;
+        let current = status.observed_generation.is_some()
+            && status.observed_generation == target.metadata.generation;
+        let updated = status.updated_replicas.unwrap_or(0);
+        let complete = updated > 0
+            && Some(updated) == status.replicas
+            && status.available_replicas.unwrap_or(0) >= updated;
+        if !current || !complete {
+            return None;
+        }
+        let short = target
+            .spec
+            .as_ref()?
+            .template
+            .metadata
+            .as_ref()?
+            .labels
+            .as_ref()?
+            .get(MANIFEST_SNAPSHOT_LABEL)?;
+        self.snapshot_version(short)
     }
 
     /// The versions the ready pods of `target`'s ReplicaSets preload, by

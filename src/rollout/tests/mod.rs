@@ -17,7 +17,7 @@ use crate::api::names::{
 
 mod autoscaling;
 mod canary;
-
+mod model;
 mod served;
 mod soak;
 mod together;
