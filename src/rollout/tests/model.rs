@@ -577,3 +577,48 @@ fn every_feature_at_once_keeps_the_invariants() {
         panic!("seed {seed}: {e}");
     }
 }
+
+// ---- the sequences it found, shrunk, kept ----
+
+/// An automatic rollback in progress must not stamp a new transition
+/// time on every pass (a status write, and a wake-up, each second).
+#[test]
+fn found_a_rollback_in_progress_that_rewrote_its_status_every_second() {
+    use Action::*;
+    let kinds = [Kind::Good, Kind::Good, Kind::NeverWarms, Kind::Good];
+    run(kinds, &[Bump(3), Tick(65), Settle, Tick(301)]).unwrap();
+}
+
+/// A manual rollback written over a template that every pod runs
+/// serves that template's version too.
+#[test]
+fn found_a_rollback_that_dropped_the_version_every_pod_served() {
+    use Action::*;
+    let kinds = [Kind::Good; 4];
+    run(
+        kinds,
+        &[Bump(1), RollbackTo(1), Settle, Bump(2), RollbackTo(0)],
+    )
+    .unwrap();
+}
+
+/// A resource blocked by a rollback to a version not retained writes
+/// nothing, its autoscaler included, until a person unblocks it; then
+/// the canary's floor goes.
+#[test]
+fn found_a_canary_floor_kept_while_a_rejected_rollback_blocks() {
+    use Action::*;
+    let kinds = [Kind::Good; 4];
+    run(
+        kinds,
+        &[
+            Autoscaling(true),
+            Canary(true),
+            Scale(3),
+            Bump(1),
+            RollbackTo(1),
+            ClearRollback,
+        ],
+    )
+    .unwrap();
+}
