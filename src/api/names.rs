@@ -77,7 +77,8 @@ pub const FINALIZER: &str = "openmed.ai/release-target";
 /// The finalizer the earlier (Kopf) operator puts on every resource it
 /// handles. After a move to openmed-op nothing would remove it, and a
 /// deletion would wait for ever: once openmed-op has released the target,
-/// it removes this one with its own (`docs/compatibility.md`).
+/// it removes this one with its own, or alone on a resource deleted before
+/// openmed-op put its own on (`rollout::finalizers`).
 pub const EARLIER_OPERATOR_FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
 
 /// Annotation that ends the current canary step now (any new value); a

@@ -39,11 +39,12 @@ use super::model::RawModel;
 use super::replica_set::CachedReplicaSet;
 use super::settled::Inputs;
 use crate::api::names::{
-    EARLIER_OPERATOR_FINALIZER, FIELD_MANAGER, FINALIZER, MANIFEST_SNAPSHOT_LABEL,
-    MODEL_RESOURCE_ANNOTATION, REPLICAS_HANDOVER_FIELD_MANAGER,
+    FIELD_MANAGER, FINALIZER, MANIFEST_SNAPSHOT_LABEL, MODEL_RESOURCE_ANNOTATION,
+    REPLICAS_HANDOVER_FIELD_MANAGER,
 };
 use crate::api::quality::QUALITY_CONDITION;
 use crate::api::{API_VERSION, KIND, OpenMedModelStatus};
+use crate::rollout::finalizers::Lifecycle;
 use crate::rollout::{self, Decision, Observed, ResourceView, Rival, Settings, Write};
 
 /// Passes of decide-and-write in one reconcile; a decision needs at most
@@ -152,22 +153,16 @@ pub async fn reconcile(obj: Arc<RawModel>, ctx: Arc<Context>) -> Result<Action, 
     let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     let api: Api<RawModel> =
         Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-    let has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
-    let result = if obj.metadata.deletion_timestamp.is_some() {
-        if has_finalizer {
-            cleanup(&obj, &ctx, &api).await
-        } else {
-            Ok(Action::await_change())
-        }
-    } else if !has_finalizer {
-        // The finalizer first, so the target is never claimed by a
-        // resource that could vanish without releasing it. Its own watch
-        // event brings the resource back.
-        add_finalizer(&api, &obj, ctx.as_ref())
+    let lifecycle =
+        rollout::finalizers::lifecycle(obj.metadata.deletion_timestamp.is_some(), obj.finalizers());
+    let result = match lifecycle {
+        Lifecycle::Release => cleanup(&obj, &ctx, &api).await,
+        Lifecycle::Leave => Ok(Action::await_change()),
+        // Its own watch event brings the resource back.
+        Lifecycle::AddFinalizer => add_finalizer(&api, &obj, ctx.as_ref())
             .await
-            .map(|()| Action::await_change())
-    } else {
-        apply(&obj, &ctx).await
+            .map(|()| Action::await_change()),
+        Lifecycle::Reconcile => apply(&obj, &ctx).await,
     };
     let outcome = match &result {
         Ok(_) => "success",
@@ -307,25 +302,11 @@ async fn add_finalizer(api: &Api<RawModel>, obj: &RawModel, ctx: &Context) -> Re
     Ok(())
 }
 
-/// Removes the operator's finalizer, and the earlier operator's: the
-/// release it stood for is done (ours covers the same Deployment), and
-/// with that operator gone nothing else would ever remove it.
+/// Removes the finalizers a done release stands for
+/// ([`rollout::finalizers::kept_after_release`]).
 async fn remove_finalizer(api: &Api<RawModel>, obj: &RawModel) -> Result<(), Error> {
-    let finalizers: Vec<&String> = obj
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER && *f != EARLIER_OPERATOR_FINALIZER)
-        .collect();
-    if obj
-        .finalizers()
-        .iter()
-        .any(|f| f == EARLIER_OPERATOR_FINALIZER)
-    {
-        info!(
-            finalizer = EARLIER_OPERATOR_FINALIZER,
-            "released; removing the earlier operator's finalizer with ours"
-        );
-    }
+    let finalizers = rollout::finalizers::kept_after_release(obj.finalizers());
+    info!(from = ?obj.finalizers(), kept = ?finalizers, "released; removing the finalizers");
     let patch = serde_json::json!({ "metadata": {
         "finalizers": finalizers,
         "resourceVersion": obj.resource_version(),

@@ -257,9 +257,14 @@ fn taken(
 /// seen going, and once no ScaledObject of that name is seen (KEDA's
 /// autoscaler outlives its ScaledObject until the garbage collector takes
 /// it). A ScaledObject of that name that is somebody else's makes it
-/// theirs: another autoscaler of the target.
+/// theirs: another autoscaler of the target. Without `--keda` no
+/// ScaledObject is read, so an unseen one proves nothing and the
+/// autoscaler is another one of the target (asking for KEDA there is
+/// `KedaNotWatched`, not a conflict).
 fn kedas_ours(asked: &Autoscaling, seen: &Seen, our_scaled_object: Option<&Value>) -> bool {
-    asked.keda.is_some() || our_scaled_object.is_some() || seen.scaled_object.is_none()
+    asked.keda.is_some()
+        || our_scaled_object.is_some()
+        || (seen.keda && seen.scaled_object.is_none())
 }
 
 /// `status.autoscaling` and the [`AUTOSCALED`] condition from the

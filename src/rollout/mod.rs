@@ -24,6 +24,7 @@ pub mod crash_loop;
 mod decision;
 pub mod drain;
 mod evidence;
+pub mod finalizers;
 pub mod pods;
 pub mod progress;
 pub mod quality;

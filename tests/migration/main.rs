@@ -9,8 +9,9 @@
 //! the earlier operator rolls v1 → v2; it stops and openmed-op starts: no
 //! pod replaced, status and retained versions kept, Ready stays; a manual
 //! rollback and a bump work; the way back to the earlier operator keeps
-//! the history; and deleting the resource, with the earlier operator's
-//! finalizer still on it, completes.
+//! the history; and the resource, deleted while no operator runs with
+//! only the earlier operator's finalizer on it, goes once openmed-op
+//! starts, its Deployment released.
 //!
 //! The fixture is found at `OPENMED_KOPF_REFERENCE`, else beside the
 //! checkout at `../shared/reference/openmed-kopf-operator`. Without it the
@@ -390,22 +391,32 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
         );
         earlier.stop();
 
-        // 5. openmed-op again, and the resource deleted with the earlier
-        // operator's finalizer on it: the deletion completes.
-        install_operator(); // the earlier operator's RBAC had replaced it
-        env.operator = Operator::start(&name, &[]);
+        // 5. The resource deleted while no operator runs, so with only the
+        // earlier operator's finalizer on it (deleted between stopping that
+        // operator and starting openmed-op): it waits for openmed-op, which
+        // releases the Deployment and lets it go.
         let on_it = models.get("svc").await.unwrap().metadata.finalizers;
-        assert!(
-            on_it
-                .as_ref()
-                .is_some_and(|f| f.iter().any(|f| f == EARLIER_FINALIZER)),
-            "the earlier operator's finalizer is on the resource: {on_it:?}"
+        assert_eq!(
+            on_it.as_deref(),
+            Some(&[EARLIER_FINALIZER.to_owned()][..]),
+            "only the earlier operator's finalizer is on the resource"
         );
-        taken_over(&models, "openmed-op to take the resource over again").await;
         models
             .delete("svc", &DeleteParams::default())
             .await
             .unwrap();
+        assert!(
+            models
+                .get("svc")
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some(),
+            "held by the earlier operator's finalizer"
+        );
+        install_operator(); // the earlier operator's RBAC had replaced it
+        env.operator = Operator::start(&name, &[]);
         let gone = tokio::time::timeout(Duration::from_secs(120), async {
             while models.get_opt("svc").await.unwrap().is_some() {
                 tokio::time::sleep(Duration::from_millis(500)).await;

@@ -200,3 +200,65 @@ fn another_autoscaler_of_the_target_is_left_alone_and_said() {
     w.now += 10;
     assert!(!reasons(&w.reconcile()).contains(&why::AUTOSCALER_CONFLICT));
 }
+
+impl World {
+    /// KEDA's autoscaler for a ScaledObject of the resource's name scales
+    /// the target (KEDA's name and owner reference).
+    fn kedas_autoscaler(&mut self) {
+        let mut kedas = crate::plan::autoscaler::autoscaler(
+            &self.resource.id(),
+            &target_name(&self.resource),
+            &crate::api::Autoscaling::default(),
+        );
+        kedas.metadata.name = Some(crate::plan::autoscaler::keda_autoscaler_name(
+            &self.resource.id(),
+        ));
+        kedas.metadata.annotations = None;
+        kedas.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "keda.sh/v1alpha1".into(),
+                kind: "ScaledObject".into(),
+                name: self.resource.name.clone(),
+                uid: "so-1".into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        self.autoscalers.push(kedas);
+    }
+}
+
+#[test]
+fn without_keda_kedas_autoscaler_of_the_target_is_a_conflict_not_a_wait() {
+    // Without --keda no ScaledObject is read, so nothing says KEDA's
+    // autoscaler is the model's: it is another autoscaler of the target.
+    let mut w = World::new(autoscaled_spec("v1"));
+    assert!(!w.settings.keda);
+    w.kedas_autoscaler();
+    let events = w.reconcile();
+    assert!(
+        reasons(&events).contains(&why::AUTOSCALER_CONFLICT),
+        "{events:?}"
+    );
+    assert_eq!(
+        w.condition(AUTOSCALED),
+        ("False".into(), why::AUTOSCALER_CONFLICT.into())
+    );
+    assert_eq!(w.autoscalers.len(), 1, "no autoscaler of its own");
+    let message = &conditions::get(&w.status().conditions, AUTOSCALED)
+        .unwrap()
+        .message;
+    assert!(message.contains("keda-hpa-svc"), "{message}");
+
+    // Asking for KEDA there says the operator does not watch it.
+    let mut w = World::new(autoscaled_spec("v1"));
+    w.resource.spec["autoscaling"]["keda"] =
+        json!({"prometheusAddress": "http://prometheus.monitoring:9090"});
+    w.kedas_autoscaler();
+    w.reconcile();
+    assert_eq!(
+        w.condition(AUTOSCALED),
+        ("False".into(), why::KEDA_NOT_WATCHED.into())
+    );
+    assert_eq!(w.autoscalers.len(), 1, "nothing written");
+}

@@ -2106,47 +2106,57 @@ fn a_crash_before_the_deployment_write_lands_finishes_it_as_ours() {
     assert_eq!(w.template_hash(), json!(w.status().manifest_hash));
 }
 
+impl World {
+    /// The Deployment, pointer ConfigMap and status as the earlier
+    /// operator left them (the vectors' resource), never seen by this one.
+    fn handled_by_the_earlier_operator() -> World {
+        let vector: Value =
+            serde_json::from_str(include_str!("../../../tests/vectors/basic-v1.json")).unwrap();
+        let mut w = World::new(vector["resource"]["spec"].clone());
+        w.resource.name = "openmed-service".into();
+        w.resource.namespace = "openmed".into();
+        w.resource.uid = vector["resource"]["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .into();
+        let mut d = deployment("openmed-service");
+        d["metadata"]["namespace"] = json!("openmed");
+        d["metadata"]["generation"] = json!(7);
+        d["metadata"]["annotations"] =
+            json!({MODEL_RESOURCE_ANNOTATION: "openmed/openmed-service"});
+        d["spec"]["progressDeadlineSeconds"] = json!(600);
+        d["spec"]["strategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}});
+        d["spec"]["template"]["metadata"]["annotations"] = json!({
+            MANIFEST_HASH_ANNOTATION: vector["manifestHash"], MODEL_RESOURCE_ANNOTATION: "openmed/openmed-service"});
+        d["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "OPENMED_SERVICE_PRELOAD_MODELS",
+            "valueFrom": {"configMapKeyRef": {"name": "openmed-service-model-manifest", "key": "OPENMED_SERVICE_PRELOAD_MODELS"}}}]);
+        d["status"]["observedGeneration"] = json!(7);
+        w.deployment = Some(d);
+        let id = w.resource.id();
+        let typed: crate::api::OpenMedModelSpec =
+            serde_json::from_value(vector["normalizedSpec"].clone()).unwrap();
+        w.config_maps
+            .push(crate::plan::plan(&id, &typed, TargetOptions::default()).config_map);
+        w.resource.status = ResourceView::new(
+            &ObjectMeta::default(),
+            json!({}),
+            Some(&json!({
+                "observedGeneration": 1, "phase": "Ready", "desiredVersion": "OpenMed/synthetic-pii-v1",
+                "activeVersion": "OpenMed/synthetic-pii-v1", "desiredSpecHash": vector["specHash"],
+                "appliedSpecHash": vector["specHash"], "manifestHash": vector["manifestHash"],
+                "targetDeploymentGeneration": 7, "rollbackCount": 0,
+                "lastSuccessfulSpec": vector["normalizedSpec"], "previousSuccessfulSpec": vector["normalizedSpec"],
+            })),
+        )
+        .status;
+        w
+    }
+}
+
 #[test]
 fn a_status_written_by_the_earlier_operator_is_adopted_without_a_pod_restart() {
-    let vector: Value =
-        serde_json::from_str(include_str!("../../../tests/vectors/basic-v1.json")).unwrap();
-    let mut w = World::new(vector["resource"]["spec"].clone());
-    w.resource.name = "openmed-service".into();
-    w.resource.namespace = "openmed".into();
-    w.resource.uid = vector["resource"]["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .into();
-    let mut d = deployment("openmed-service");
-    d["metadata"]["namespace"] = json!("openmed");
-    d["metadata"]["generation"] = json!(7);
-    d["metadata"]["annotations"] = json!({MODEL_RESOURCE_ANNOTATION: "openmed/openmed-service"});
-    d["spec"]["progressDeadlineSeconds"] = json!(600);
-    d["spec"]["strategy"] =
-        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}});
-    d["spec"]["template"]["metadata"]["annotations"] = json!({
-        MANIFEST_HASH_ANNOTATION: vector["manifestHash"], MODEL_RESOURCE_ANNOTATION: "openmed/openmed-service"});
-    d["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "OPENMED_SERVICE_PRELOAD_MODELS",
-        "valueFrom": {"configMapKeyRef": {"name": "openmed-service-model-manifest", "key": "OPENMED_SERVICE_PRELOAD_MODELS"}}}]);
-    d["status"]["observedGeneration"] = json!(7);
-    w.deployment = Some(d);
-    let id = w.resource.id();
-    let typed: crate::api::OpenMedModelSpec =
-        serde_json::from_value(vector["normalizedSpec"].clone()).unwrap();
-    w.config_maps
-        .push(crate::plan::plan(&id, &typed, TargetOptions::default()).config_map);
-    w.resource.status = ResourceView::new(
-        &ObjectMeta::default(),
-        json!({}),
-        Some(&json!({
-            "observedGeneration": 1, "phase": "Ready", "desiredVersion": "OpenMed/synthetic-pii-v1",
-            "activeVersion": "OpenMed/synthetic-pii-v1", "desiredSpecHash": vector["specHash"],
-            "appliedSpecHash": vector["specHash"], "manifestHash": vector["manifestHash"],
-            "targetDeploymentGeneration": 7, "rollbackCount": 0,
-            "lastSuccessfulSpec": vector["normalizedSpec"], "previousSuccessfulSpec": vector["normalizedSpec"],
-        })),
-    )
-    .status;
+    let mut w = World::handled_by_the_earlier_operator();
     let events = w.reconcile();
     assert!(events.is_empty(), "adoption is silent: {events:?}");
     assert_eq!(
@@ -2165,6 +2175,33 @@ fn a_status_written_by_the_earlier_operator_is_adopted_without_a_pod_restart() {
         "OpenMed/synthetic-pii-v1"
     );
     assert_eq!(s.target_deployment_generation, Some(7));
+}
+
+#[test]
+fn a_deletion_first_seen_on_a_resource_the_earlier_operator_handled_releases_and_finishes() {
+    // Deleted after the earlier operator stopped and before this one
+    // first looked at it: the first decision is the deletion's, and it
+    // releases what the earlier operator claimed.
+    let mut w = World::handled_by_the_earlier_operator();
+    w.resource.deleting = true;
+    let events = w.reconcile();
+    assert_eq!(reasons(&events), [reason::TARGET_RELEASED]);
+    assert_eq!(
+        w.preload(),
+        json!({"name": "OPENMED_SERVICE_PRELOAD_MODELS"})
+    );
+    assert!(
+        w.dep()["metadata"]["annotations"]
+            .get(MODEL_RESOURCE_ANNOTATION)
+            .is_none(),
+        "{:#?}",
+        w.dep()["metadata"]
+    );
+    assert!(!w.decide().finished, "its pods still read the pointer");
+    w.pods_ready();
+    w.reconcile();
+    assert!(w.config_maps.is_empty());
+    assert!(w.decide().finished, "now the finalizers may go");
 }
 
 #[test]
