@@ -74,7 +74,92 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             "canary::a_mirror_step_copies_then_steps_and_the_filter_leaves_with_every_ending",
             a_mirror_step_copies_then_steps_and_the_filter_leaves_with_every_ending,
         ),
+        trial(
+            "canary::a_bump_during_a_soak_is_tried_on_the_canary_against_the_soaking_version",
+            a_bump_during_a_soak_is_tried_on_the_canary_against_the_soaking_version,
+        ),
     ]
+}
+
+/// The model's served set in Deployment `d`'s template.
+pub(crate) fn served_set(d: &serde_json::Value) -> Vec<String> {
+    d["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "OPENMED_SERVICE_SERVED_MODELS")
+        .and_then(|e| e["value"].as_str())
+        .map(|v| v.split(',').map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// v2 promoted through the canary and soaking on the stable Deployment,
+/// then v3: its canary starts against v2 at once, the stable Deployment
+/// keeps serving v2, and v3 gets traffic only through the steps.
+fn a_bump_during_a_soak_is_tried_on_the_canary_against_the_soaking_version() {
+    block_on(async {
+        let (env, v1) = stage(
+            "canary-soak",
+            "[{weight: 20, pause: 2s}, {weight: 60, pause: 2s}]",
+            "",
+            &[],
+        )
+        .await;
+        env.set_spec("svc", json!({"rolloutStrategy": {"soakSeconds": 300}}))
+            .await;
+        let v2 = env.version("v2");
+        env.set_spec("svc", json!({"version": v2})).await;
+        trace(&env, "the canary to promote v2", |s| {
+            s.phase == Some(Phase::Ready)
+                && s.state == Some(CanaryState::Promoted)
+                && s.weights == (100, 0)
+        })
+        .await;
+        let s = env
+            .wait_status("svc", "v2 soaking on the stable Deployment", |s| {
+                s.active_version.as_deref() == Some(v2.as_str())
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Soaked" && c.reason == "Soaking")
+            })
+            .await;
+        assert_eq!(s.last_successful_spec.unwrap().version, v1);
+        let stable = env.deployment("svc").await;
+        assert_eq!(served_set(&stable)[..2], [v2.clone(), v1.clone()]);
+
+        let v3 = env.version("v3");
+        env.set_spec("svc", json!({"version": v3})).await;
+        let seen = trace(&env, "v3's first step", |s| s.weights == (80, 20)).await;
+        assert!(
+            seen.iter()
+                .all(|s| s.weights == (100, 0) || s.weights == (80, 20)),
+            "{seen:#?}"
+        );
+        let now = env.deployment("svc").await;
+        assert_eq!(
+            now["spec"]["template"], stable["spec"]["template"],
+            "the stable Deployment keeps serving v2 while v3 is tried"
+        );
+        let events = env.events("svc").await;
+        let started = events
+            .iter()
+            .find(|(reason, note, _)| reason == "CanaryStarted" && note.contains(v3.as_str()))
+            .unwrap_or_else(|| panic!("no CanaryStarted for v3: {events:#?}"));
+        assert!(
+            started
+                .1
+                .contains(&format!("the stable Deployment serves {v2}")),
+            "{}",
+            started.1
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|(reason, note, _)| reason == "RolloutStarted" && note.contains(v3.as_str())),
+            "v3 was rolled out on the stable Deployment: {events:#?}"
+        );
+        env.finish().await;
+    });
 }
 
 /// Writes the route's status as a Gateway controller does: its Gateway

@@ -13,10 +13,48 @@ use crate::support::*;
 use crate::trial;
 
 pub fn trials() -> Vec<Trial> {
-    vec![trial(
-        "soak::soaked_comes_by_a_timer_and_an_abort_rolls_back_to_the_version_before",
-        soaked_comes_by_a_timer_and_an_abort_rolls_back_to_the_version_before,
-    )]
+    vec![
+        trial(
+            "soak::soaked_comes_by_a_timer_and_an_abort_rolls_back_to_the_version_before",
+            soaked_comes_by_a_timer_and_an_abort_rolls_back_to_the_version_before,
+        ),
+        trial(
+            "soak::a_bump_during_a_soak_serves_the_soaking_version_beside_the_new_one",
+            a_bump_during_a_soak_serves_the_soaking_version_beside_the_new_one,
+        ),
+    ]
+}
+
+/// v2 Ready and soaking on every pod, then v3: v3's pods serve v2 too,
+/// the version every client was answered by.
+fn a_bump_during_a_soak_serves_the_soaking_version_beside_the_new_one() {
+    block_on(async {
+        let env = Env::new("soak-served").await;
+        let (v1, v2, v3) = (env.version("v1"), env.version("v2"), env.version("v3"));
+        env.apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml("svc", &v1, "")).await;
+        env.wait_ready("svc", &v1).await;
+        env.set_spec(
+            "svc",
+            json!({"version": v2, "rolloutStrategy": {"soakSeconds": 300}}),
+        )
+        .await;
+        env.wait_status("svc", "v2 Ready and soaking", |s| {
+            s.active_version.as_deref() == Some(v2.as_str())
+                && soaked(s) == Some(("False".into(), "Soaking".into()))
+        })
+        .await;
+        env.set_spec("svc", json!({"version": v3})).await;
+        env.wait_ready("svc", &v3).await;
+        let served = crate::canary::served_set(&env.deployment("svc").await);
+        assert_eq!(
+            served[..2],
+            [v3.clone(), v2.clone()],
+            "v3's pods answer the clients of v2, which every pod served: {served:?}"
+        );
+        env.finish().await;
+    });
 }
 
 /// The soak this test asks for: long enough to measure a quiet window
