@@ -185,7 +185,10 @@ fn soaked_message(soak: &SoakStatus) -> String {
     let seconds = soak.end_time.0.as_second() - soak.start_time.0.as_second();
     match &soak.soaked_time {
         Some(at) if seconds > 0 => format!("{} soaked for {seconds} s, at {}", soak.version, at.0),
-        _ => format!("{} is ready; no soak was asked for", soak.version),
+        _ => format!(
+            "{} is ready; no soak was asked for, or it soaked before",
+            soak.version
+        ),
     }
 }
 
@@ -208,9 +211,18 @@ impl Step<'_> {
             .soak
             .as_ref()
             .is_some_and(|s| s.spec_hash == wanted.spec_hash && s.soaked_time.is_some());
-        if soaked {
-            // This very spec soaked before (Git put back on it after a
-            // rollback): it is not judged again.
+        // A retained version succeeded, and soaked where a soak was asked,
+        // before: Git put back on it after a rollback (or moved to it after
+        // a manual one) serves what already proved itself.
+        let retained = [
+            &self.status.last_successful_spec,
+            &self.status.previous_successful_spec,
+        ]
+        .into_iter()
+        .flatten()
+        .any(|spec| self.retained_plan(spec, wanted).spec_hash == wanted.spec_hash);
+        if soaked || retained {
+            // This very spec soaked before: it is not judged again.
             self.record_success(&wanted.normalized);
             self.soaked_before(wanted);
             return;

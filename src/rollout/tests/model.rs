@@ -11,8 +11,9 @@
 //! the seed that found it; `PROPTEST_RNG_SEED=<seed>` replays the run, and
 //! the shrunk sequence is kept as a unit test.
 //!
-//! `MODEL_CASES` sets how many sequences run (CI's default below; the
-//! longer run and its record: docs/reliability.md).
+//! `MODEL_CASES` sets how many sequences run; without it `cargo test`
+//! runs as many as fit in CI's time budget (below). The longer run and
+//! its record: docs/reliability.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,8 +30,14 @@ use conditions::SOAKED;
 /// The versions a sequence may ask for; v1 serves when it begins.
 const VERSIONS: [&str; 5] = ["v1", "v2", "v3", "v4", "v5"];
 
-/// How many sequences `cargo test` runs unless `MODEL_CASES` says.
-const CI_CASES: u32 = 400;
+/// How many sequences `cargo test` runs unless `MODEL_CASES` says: this
+/// many at most, at least `CI_MIN_CASES`, and no new batch once
+/// `CI_BUDGET` is spent.
+const CI_CASES: u32 = 3000;
+const CI_MIN_CASES: u32 = 300;
+const CI_BUDGET: std::time::Duration = std::time::Duration::from_secs(150);
+/// Sequences per seed.
+const BATCH: u32 = 100;
 
 /// How a version's pods fare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -546,11 +553,10 @@ fn run(kinds: [Kind; 4], actions: &[Action]) -> Result<(), TestCaseError> {
 
 #[test]
 fn every_feature_at_once_keeps_the_invariants() {
-    let cases = std::env::var("MODEL_CASES")
+    let exact: Option<u32> = std::env::var("MODEL_CASES")
         .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(CI_CASES);
-    let seed = match std::env::var("PROPTEST_RNG_SEED")
+        .and_then(|c| c.parse().ok());
+    let first_seed = match std::env::var("PROPTEST_RNG_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
     {
@@ -559,23 +565,44 @@ fn every_feature_at_once_keeps_the_invariants() {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64),
     };
-    println!("model-based test: {cases} sequences, seed {seed} (replay: PROPTEST_RNG_SEED={seed})");
-    let config = Config {
-        cases,
-        rng_seed: RngSeed::Fixed(seed),
-        failure_persistence: None,
-        max_shrink_iters: 2048,
-        ..Config::default()
+    // Batches of sequences, each with a seed of its own, until the count
+    // or (without MODEL_CASES) CI's time budget is spent: the budget
+    // bounds the test, never its verdict.
+    let (total, budget) = match exact {
+        Some(cases) => (cases, None),
+        None => (CI_CASES, Some(CI_BUDGET)),
     };
-    let strategy = (
-        [kind(), kind(), kind(), kind()],
-        prop::collection::vec(action(), 1..48),
-    );
-    let mut runner = TestRunner::new(config);
-    let result = runner.run(&strategy, |(kinds, actions)| run(kinds, &actions));
-    if let Err(e) = result {
-        panic!("seed {seed}: {e}");
+    let started = std::time::Instant::now();
+    let mut ran = 0;
+    let mut batch = 0u64;
+    while ran < total && budget.is_none_or(|b| ran < CI_MIN_CASES || started.elapsed() < b) {
+        let seed = first_seed.wrapping_add(batch);
+        let cases = BATCH.min(total - ran);
+        let config = Config {
+            cases,
+            rng_seed: RngSeed::Fixed(seed),
+            failure_persistence: None,
+            max_shrink_iters: 4096,
+            ..Config::default()
+        };
+        let strategy = (
+            [kind(), kind(), kind(), kind()],
+            prop::collection::vec(action(), 1..48),
+        );
+        let result =
+            TestRunner::new(config).run(&strategy, |(kinds, actions)| run(kinds, &actions));
+        if let Err(e) = result {
+            panic!(
+                "after {ran} sequences: {e}\nreplay: PROPTEST_RNG_SEED={seed} MODEL_CASES={cases} cargo test --lib -- rollout::tests::model"
+            );
+        }
+        ran += cases;
+        batch += 1;
     }
+    println!(
+        "model-based test: {ran} sequences in {:.0?}, first seed {first_seed}, every invariant held",
+        started.elapsed()
+    );
 }
 
 // ---- the sequences it found, shrunk, kept ----
@@ -618,6 +645,37 @@ fn found_a_canary_floor_kept_while_a_rejected_rollback_blocks() {
             Bump(1),
             RollbackTo(1),
             ClearRollback,
+        ],
+    )
+    .unwrap();
+}
+
+/// A version that is retained (it succeeded, and soaked where asked)
+/// and is asked for again is soaked at once, not judged by a new soak
+/// it could fail while it stays retained.
+#[test]
+fn found_a_retained_version_asked_for_again_soaking_anew() {
+    use Action::*;
+    let kinds = [
+        Kind::CrashesLater,
+        Kind::CrashesLater,
+        Kind::Good,
+        Kind::Good,
+    ];
+    run(
+        kinds,
+        &[
+            Bump(2),
+            Settle,
+            Bump(1),
+            Settle,
+            RollbackTo(2),
+            Soak(60),
+            Settle,
+            Bump(1),
+            Bump(2),
+            ClearRollback,
+            Crash,
         ],
     )
     .unwrap();

@@ -443,3 +443,26 @@ fn a_scale_up_pod_that_never_warms_fails_the_soak() {
         events[0].message
     );
 }
+
+#[test]
+fn git_put_back_on_the_version_a_soak_failure_restored_is_soaked_at_once() {
+    let mut w = World::soaked_at("v1", 300);
+    w.bump_to_soaking("v2");
+    w.now += 60;
+    w.crashing_pod("svc-new-1", 1, "Killed");
+    w.reconcile();
+    assert_eq!(w.status().rollback_request.as_deref(), Some("automatic:v1"));
+    w.pods.clear();
+    w.pods_ready();
+    w.now += 10;
+    w.reconcile();
+    w.set_version("v1");
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(
+        w.condition(SOAKED),
+        ("True".into(), "Soaked".into()),
+        "v1 soaked before: no second soak of 300 s (docs/fleet.md)"
+    );
+    assert_eq!(w.status().phase, Some(Phase::Ready));
+}
