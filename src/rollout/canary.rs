@@ -971,6 +971,15 @@ impl Step<'_> {
         }
     }
 
+    /// The stable side's floor, the one home of its rule: the stable pods
+    /// an autoscaled canary started with (recorded by `start_canary`),
+    /// which the autoscaler's minimum keeps until the canary is over and
+    /// its Deployment drained (`canary_at_rest` drops the record then,
+    /// whatever else is missing).
+    pub(super) fn stable_floor(&self) -> Option<i32> {
+        self.status.canary.as_ref().and_then(|c| c.stable_replicas)
+    }
+
     /// After a canary an autoscaler sized, the canary Deployment gets its
     /// own count back; once it has it, the record goes too, and the next
     /// apply hands `replicas` back to whoever scaled it before.

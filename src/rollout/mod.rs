@@ -1288,8 +1288,7 @@ impl<'a> Step<'a> {
     /// The autoscaler `spec.autoscaling` asks for, on the target this
     /// resource holds ([`autoscaling::decide`]).
     fn autoscale(&mut self, target: &str) {
-        // A canary in progress keeps the stable pods it started with.
-        let floor = self.status.canary.as_ref().and_then(|c| c.stable_replicas);
+        let floor = self.stable_floor();
         let asked = self
             .autoscaling
             .as_ref()
