@@ -1695,6 +1695,42 @@ fn a_wave_promoted_on_its_own_moves_only_to_a_version_the_wave_before_has_soaked
     assert!(text.contains("version: v1"), "{text}");
 }
 
+#[test]
+fn a_fleet_whose_base_is_not_in_a_shallow_clone_is_refused() {
+    // Staging alone moves to v2: the waves need BASE to tell that hospital
+    // A only lags. A depth-1 clone has REV and not its parent.
+    let repo = TestRepo::new();
+    commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v1", "v1"]);
+    let tip = repo.tip("main").unwrap();
+    std::fs::write(repo.repo.path().join("shallow"), format!("{tip}\n")).unwrap();
+    let out = verify(&repo, &[]);
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    let said = stderr(&out);
+    for words in [
+        "no BASE: REV's parent is not in this shallow clone",
+        "WaveAhead, WaveNotSoaked and WaveDisagrees",
+        "git fetch --deepen=1",
+        "fetch-depth: 0",
+        "--base",
+    ] {
+        assert!(said.contains(words), "{words}: {said}");
+    }
+
+    // A first commit has no BASE either, and nothing is missing: every
+    // model is added, the report says so, and Flux applies it wave by wave.
+    let first = TestRepo::new();
+    commit_fleet(&first, "main", ["v1", "v1", "v1"]);
+    let out = verify(&first, &[]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("note: cluster staging: no BASE: REV is a root commit"),
+        "{}",
+        stdout(&out)
+    );
+}
+
 /// Staging, then one wave of two hospitals applied together.
 fn two_hospital_fleet(repo: &TestRepo, versions: [&str; 3]) {
     let fleet = "apiVersion: openmed.ai/v1alpha1\nkind: OpenMedFleet\nwaves:\n  - name: staging\n    path: clusters/staging\n  - name: hospitals\n    clusters:\n      - name: hospital-a\n        path: clusters/hospital-a\n      - name: hospital-b\n        path: clusters/hospital-b\n";

@@ -115,6 +115,11 @@ pub enum UsageError {
         "--status {0}: in a fleet (openmed-fleet.yaml), --status is a directory with one file per wave (per cluster in a wave of several), named after it (DIR/staging.yaml)"
     )]
     FleetStatus(String),
+    /// A fleet's BASE exists but is not in this (shallow) clone.
+    #[error(
+        "no BASE: REV's parent is not in this shallow clone, and in a fleet (openmed-fleet.yaml) the wave rules judge what the change moved since BASE: without it WaveAhead, WaveNotSoaked and WaveDisagrees would take every model as moved. Fetch more history (`git fetch --deepen=1`, or `git fetch --depth=<n> origin <branch>`; actions/checkout: `fetch-depth: 0`) or pass --base with a commit this clone has"
+    )]
+    FleetBaseNotFetched,
 }
 
 /// The result of one verification.
@@ -199,7 +204,9 @@ fn fleet_waves(options: &Options) -> Result<Option<Vec<crate::fleet::Wave>>, Usa
 }
 
 /// Each cluster's folder judged as its own cluster, then the waves
-/// against each other; one report.
+/// against each other; one report. A BASE this clone does not have is
+/// refused before anything is judged: the wave rules could not tell what
+/// the change moved.
 fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Report, UsageError> {
     let statuses = match &options.status {
         Some(dir) if !dir.is_dir() => {
@@ -210,8 +217,8 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
     };
     let mut merged: Option<Report> = None;
     let mut members = Vec::new();
-    let mut before = fleet_base_versions(options, waves)?.into_iter();
-    for (index, wave, cluster) in crate::fleet::clusters(waves) {
+    let before = fleet_before(options, waves)?;
+    for ((index, wave, cluster), before) in crate::fleet::clusters(waves).zip(before) {
         let status = statuses
             .as_ref()
             .map(|dir| dir.join(format!("{}.yaml", cluster.name)))
@@ -234,7 +241,7 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
             wave,
             cluster,
             models: report.resources.clone(),
-            before: before.next().unwrap_or_default(),
+            before,
             status: cluster_status,
         });
         merged = Some(match merged {
@@ -254,13 +261,14 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
     Ok(report)
 }
 
-/// Each cluster's models at BASE, in the fleet's order, `<namespace>/<name>`
-/// → `spec.version`: what a change moved. Empty without a BASE (every
-/// model is new).
-fn fleet_base_versions(
+/// Each cluster's models before the change, in the fleet's order: their
+/// versions at BASE, or none without a BASE (REV is a first commit). A
+/// BASE that exists but is not in this shallow clone cannot be read, and
+/// is refused: the wave rules could not tell what the change moved.
+fn fleet_before(
     options: &Options,
     waves: &[crate::fleet::Wave],
-) -> Result<Vec<HashMap<String, String>>, UsageError> {
+) -> Result<Vec<waves::Before>, UsageError> {
     let repo = open_repo(options)?;
     let choice = match (&options.base, options.worktree) {
         (Some(spec), _) => BaseChoice::Given(resolve(&repo, "--base", spec)?),
@@ -271,8 +279,13 @@ fn fleet_base_versions(
             git::default_base(&repo, &rev)
         }
     };
-    let Some(base) = choice.oid() else {
-        return Ok(vec![HashMap::new(); crate::fleet::clusters(waves).count()]);
+    let base = match choice {
+        BaseChoice::None { shallow: true } => return Err(UsageError::FleetBaseNotFetched),
+        BaseChoice::None { shallow: false } => {
+            let count = crate::fleet::clusters(waves).count();
+            return Ok(vec![waves::Before::FirstCommit; count]);
+        }
+        found => found.oid().expect("a BASE that was found"),
     };
     let tree = repo.find_commit(base)?.tree()?;
     let ns = options.namespace.as_str();
@@ -295,7 +308,7 @@ fn fleet_base_versions(
                 );
             }
         }
-        all.push(versions);
+        all.push(waves::Before::Base(versions));
     }
     Ok(all)
 }

@@ -1,7 +1,7 @@
 //! A fleet's waves judged against each other (pure): each cluster's
 //! models at REV, as `verify` summarized them cluster by cluster, with its
-//! models at BASE and, when given, its status. The shell
-//! (`super::verify`) reads the waves, the files and the statuses.
+//! models before the change and, when given, its status. The shell
+//! (`super::verify`) reads the waves, the files, BASE and the statuses.
 //!
 //! Four rules, each a field a change must not leave as it is:
 //! - `WaveAhead`: a version reaches a wave only after the wave before asks
@@ -12,6 +12,8 @@
 //!   the same version;
 //! - `WaveBehindRollback`: no later wave keeps asking for a version that
 //!   rolled back in an earlier one.
+//!
+//! The first three judge what a change moved ([`Before`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -32,11 +34,23 @@ pub struct Member<'a> {
     pub cluster: &'a Cluster,
     /// Its models at REV.
     pub models: Vec<ResourceSummary>,
-    /// Its models' versions at BASE, `<namespace>/<name>` → `spec.version`;
-    /// empty without a BASE.
-    pub before: HashMap<String, String>,
+    /// Its models before the change.
+    pub before: Before,
     /// Its status (`--status DIR/<cluster>.yaml`), when given.
     pub status: Option<rules::ClusterStatus>,
+}
+
+/// A cluster's models before the change, which tells what the change
+/// moved. The shell reads them at BASE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Before {
+    /// Their versions at BASE, `<namespace>/<name>` → `spec.version`: a
+    /// model whose version differs, or that is not there, was moved.
+    Base(HashMap<String, String>),
+    /// There is no BASE: REV is the repository's first commit (or the work
+    /// tree's branch has none yet). Every model is added, as in one commit
+    /// that bumps every wave, which Flux applies wave by wave.
+    FirstCommit,
 }
 
 impl Member<'_> {
@@ -56,7 +70,18 @@ impl Member<'_> {
 
     /// Whether this change moved `model`'s version (or added it).
     fn moved(&self, model: &ResourceSummary) -> bool {
-        self.before.get(&model.resource) != model.version.as_ref()
+        match &self.before {
+            Before::Base(versions) => versions.get(&model.resource) != model.version.as_ref(),
+            Before::FirstCommit => true,
+        }
+    }
+
+    /// `resource`'s version before the change, when it was there.
+    fn was(&self, resource: &str) -> Option<&String> {
+        match &self.before {
+            Before::Base(versions) => versions.get(resource),
+            Before::FirstCommit => None,
+        }
     }
 
     fn status_of(&self, resource: &str) -> Option<Option<&OpenMedModelStatus>> {
@@ -171,7 +196,7 @@ fn not_soaked(members: &[Member]) -> Vec<Finding> {
             let Some((before, why)) = unsoaked else {
                 continue;
             };
-            let was = member.before.get(&model.resource);
+            let was = member.was(&model.resource);
             let keep = match was {
                 Some(was) => format!("keep {} on {was} until then", member.cluster.path),
                 None => format!("add it to {} once it has", member.cluster.path),
