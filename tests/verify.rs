@@ -1544,6 +1544,10 @@ fn after_a_rollback_in_one_wave_fix_sets_every_folder_back_in_step() {
         .replace("activeVersion: v2", "activeVersion: v1")
         .replace("rollbackSpec: {family: pii, tier: Small, version: v2}", "rollbackSpec: {family: pii, tier: Small, version: v1}\n    rollbackRequest: automatic:v1");
     std::fs::write(statuses.path().join("staging.yaml"), staging).unwrap();
+    for hospital in ["hospital-a", "hospital-b"] {
+        let file = statuses.path().join(format!("{hospital}.yaml"));
+        std::fs::write(file, soak_status("v1", "v1", true)).unwrap();
+    }
     let dir = statuses.path().to_str().unwrap();
 
     let out = verify(&repo, &["--status", dir]);
@@ -1618,6 +1622,10 @@ fn a_wave_promoted_on_its_own_moves_only_to_a_version_the_wave_before_has_soaked
     let statuses = tempfile::tempdir().unwrap();
     let dir = statuses.path().to_str().unwrap();
     let staging = statuses.path().join("staging.yaml");
+    for hospital in ["hospital-a", "hospital-b"] {
+        let file = statuses.path().join(format!("{hospital}.yaml"));
+        std::fs::write(file, soak_status("v1", "v1", true)).unwrap();
+    }
 
     // Without staging's status nothing says whether it soaked.
     assert_eq!(code(&verify(&repo, &[])), 0);
@@ -1726,6 +1734,58 @@ fn a_fleet_whose_base_is_not_in_a_shallow_clone_is_refused() {
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert!(
         stdout(&out).contains("note: cluster staging: no BASE: REV is a root commit"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn in_a_fleet_every_cluster_needs_its_status_file() {
+    // Hospital A is promoted on its own while staging still soaks v2; the
+    // status directory spells staging's file wrong.
+    let repo = TestRepo::new();
+    commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v2", "v1"]);
+    let statuses = tempfile::tempdir().unwrap();
+    let dir = statuses.path().to_str().unwrap();
+    std::fs::write(
+        statuses.path().join("Staging.yaml"),
+        soak_status("v2", "v2", false),
+    )
+    .unwrap();
+    std::fs::write(
+        statuses.path().join("hospital-a.yaml"),
+        soak_status("v1", "v1", true),
+    )
+    .unwrap();
+    let out = verify(&repo, &["--status", dir]);
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
+    let said = stderr(&out);
+    for words in [
+        format!("--status {dir}: no status for clusters staging, hospital-b"),
+        format!("{dir}/staging.yaml"),
+        format!("{dir} also holds Staging.yaml, which names no cluster of the fleet"),
+        "WaveNotSoaked cannot judge the wave after that cluster".to_owned(),
+    ] {
+        assert!(said.contains(&words), "{words}: {said}");
+    }
+
+    // Named right, staging's status refuses the promotion.
+    std::fs::rename(
+        statuses.path().join("Staging.yaml"),
+        statuses.path().join("staging.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        statuses.path().join("hospital-b.yaml"),
+        "apiVersion: v1\nkind: List\nitems: []\n",
+    )
+    .unwrap();
+    let out = verify(&repo, &["--status", dir]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("clusters/hospital-a/svc.yaml:9: document 1: error[WaveNotSoaked]"),
         "{}",
         stdout(&out)
     );

@@ -115,6 +115,20 @@ pub enum UsageError {
         "--status {0}: in a fleet (openmed-fleet.yaml), --status is a directory with one file per wave (per cluster in a wave of several), named after it (DIR/staging.yaml)"
     )]
     FleetStatus(String),
+    /// `--status DIR` in a fleet lacks a cluster's file.
+    #[error(
+        "--status {dir}: no status for {clusters} ({expected}){holds}. In a fleet every cluster's status is read: without it, WaveNotSoaked cannot judge the wave after that cluster, WaveBehindRollback cannot see a rollback there, and the cluster's own rules judge without it. Give each cluster's `kubectl get openmedmodels -A -o yaml` as DIR/<cluster>.yaml (a List with no items for a cluster without OpenMedModels)"
+    )]
+    FleetStatusMissing {
+        /// The directory given.
+        dir: String,
+        /// `cluster hospital-a` or `clusters hospital-a, hospital-b`.
+        clusters: String,
+        /// The files looked for.
+        expected: String,
+        /// The files of the directory that name no cluster, said.
+        holds: String,
+    },
     /// A fleet's BASE exists but is not in this (shallow) clone.
     #[error(
         "no BASE: REV's parent is not in this shallow clone, and in a fleet (openmed-fleet.yaml) the wave rules judge what the change moved since BASE: without it WaveAhead, WaveNotSoaked and WaveDisagrees would take every model as moved. Fetch more history (`git fetch --deepen=1`, or `git fetch --depth=<n> origin <branch>`; actions/checkout: `fetch-depth: 0`) or pass --base with a commit this clone has"
@@ -204,25 +218,17 @@ fn fleet_waves(options: &Options) -> Result<Option<Vec<crate::fleet::Wave>>, Usa
 }
 
 /// Each cluster's folder judged as its own cluster, then the waves
-/// against each other; one report. A BASE this clone does not have is
-/// refused before anything is judged: the wave rules could not tell what
-/// the change moved.
+/// against each other; one report. An input that would leave a wave rule
+/// blind is refused before anything is judged: a cluster without its
+/// status file, a BASE this clone does not have.
 fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Report, UsageError> {
-    let statuses = match &options.status {
-        Some(dir) if !dir.is_dir() => {
-            return Err(UsageError::FleetStatus(dir.display().to_string()));
-        }
-        Some(dir) => Some(dir.clone()),
-        None => None,
-    };
+    let statuses = fleet_statuses(options, waves)?;
     let mut merged: Option<Report> = None;
     let mut members = Vec::new();
     let before = fleet_before(options, waves)?;
-    for ((index, wave, cluster), before) in crate::fleet::clusters(waves).zip(before) {
-        let status = statuses
-            .as_ref()
-            .map(|dir| dir.join(format!("{}.yaml", cluster.name)))
-            .filter(|file| file.is_file());
+    for (((index, wave, cluster), status), before) in
+        crate::fleet::clusters(waves).zip(statuses).zip(before)
+    {
         let cluster_status = status
             .as_deref()
             .map(|file| status::read(file, &options.namespace))
@@ -259,6 +265,69 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
     report.findings.extend(waves::judge(&members));
     sort(&mut report.findings);
     Ok(report)
+}
+
+/// Each cluster's status file, in the fleet's order, with `--status DIR`
+/// (`DIR/<cluster>.yaml`): every one must be there.
+fn fleet_statuses(
+    options: &Options,
+    waves: &[crate::fleet::Wave],
+) -> Result<Vec<Option<PathBuf>>, UsageError> {
+    let clusters = crate::fleet::clusters(waves);
+    let Some(dir) = &options.status else {
+        return Ok(clusters.map(|_| None).collect());
+    };
+    if !dir.is_dir() {
+        return Err(UsageError::FleetStatus(dir.display().to_string()));
+    }
+    let files: Vec<(String, PathBuf)> = clusters
+        .map(|(_, _, c)| (c.name.clone(), dir.join(format!("{}.yaml", c.name))))
+        .collect();
+    let missing: Vec<&(String, PathBuf)> =
+        files.iter().filter(|(_, file)| !file.is_file()).collect();
+    if missing.is_empty() {
+        return Ok(files.into_iter().map(|(_, file)| Some(file)).collect());
+    }
+    let names: Vec<&str> = missing.iter().map(|(name, _)| name.as_str()).collect();
+    let expected: Vec<String> = missing
+        .iter()
+        .map(|(_, file)| file.display().to_string())
+        .collect();
+    let mut others: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| !files.iter().any(|(c, _)| *name == format!("{c}.yaml")))
+                .collect()
+        })
+        .unwrap_or_default();
+    others.sort();
+    Err(UsageError::FleetStatusMissing {
+        dir: dir.display().to_string(),
+        clusters: format!(
+            "{} {}",
+            if names.len() == 1 {
+                "cluster"
+            } else {
+                "clusters"
+            },
+            names.join(", ")
+        ),
+        expected: expected.join(", "),
+        holds: match others.as_slice() {
+            [] => String::new(),
+            [one] => format!(
+                "; {} also holds {one}, which names no cluster of the fleet",
+                dir.display()
+            ),
+            many => format!(
+                "; {} also holds {}, which name no cluster of the fleet",
+                dir.display(),
+                many.join(", ")
+            ),
+        },
+    })
 }
 
 /// Each cluster's models before the change, in the fleet's order: their
