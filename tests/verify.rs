@@ -1791,6 +1791,70 @@ fn in_a_fleet_every_cluster_needs_its_status_file() {
     );
 }
 
+#[test]
+fn in_a_fleet_include_and_exclude_narrow_each_clusters_folder() {
+    // Hospital A runs ahead; staging's folder also holds a chart template
+    // that is not YAML yet.
+    let template = model("svc", "v1").replace("tier: Small", "tier: {{ .Values.tier }}");
+    let repo = TestRepo::new();
+    for versions in [["v1", "v1", "v1"], ["v1", "v2", "v1"]] {
+        let mut files = fleet_files(versions);
+        files.push((
+            "clusters/staging/templates/model.yaml".to_owned(),
+            template.clone(),
+        ));
+        let files: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        repo.commit("main", &files);
+    }
+    let rules = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--format", "json"]);
+        let out = verify(&repo, &all);
+        let report = json(&out);
+        let rules: Vec<(String, String)> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["file"].as_str().unwrap().to_owned(),
+                    f["rule"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        (code(&out), rules)
+    };
+    let ahead = (
+        "clusters/hospital-a/svc.yaml".to_owned(),
+        "WaveAhead".to_owned(),
+    );
+    let template = (
+        "clusters/staging/templates/model.yaml".to_owned(),
+        "InvalidYaml".to_owned(),
+    );
+    assert_eq!(rules(&[]), (1, vec![ahead.clone(), template]));
+    // The user's globs and each cluster's folder must both match: the
+    // template is left out, and the waves are still judged.
+    assert_eq!(rules(&["--include", "svc.yaml"]), (1, vec![ahead.clone()]));
+    assert_eq!(
+        rules(&["--include", "clusters/**/svc.yaml"]),
+        (1, vec![ahead.clone()])
+    );
+    assert_eq!(rules(&["--exclude", "templates"]), (1, vec![ahead]));
+
+    // Globs that leave out every model of a cluster would blind the waves.
+    let out = verify(&repo, &["--include", "clusters/hospital-a"]);
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains("--include/--exclude leave out every file of cluster staging (clusters/staging/) that holds an OpenMedModel"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// Staging, then one wave of two hospitals applied together.
 fn two_hospital_fleet(repo: &TestRepo, versions: [&str; 3]) {
     let fleet = "apiVersion: openmed.ai/v1alpha1\nkind: OpenMedFleet\nwaves:\n  - name: staging\n    path: clusters/staging\n  - name: hospitals\n    clusters:\n      - name: hospital-a\n        path: clusters/hospital-a\n      - name: hospital-b\n        path: clusters/hospital-b\n";

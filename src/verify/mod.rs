@@ -134,6 +134,17 @@ pub enum UsageError {
         "no BASE: REV's parent is not in this shallow clone, and in a fleet (openmed-fleet.yaml) the wave rules judge what the change moved since BASE: without it WaveAhead, WaveNotSoaked and WaveDisagrees would take every model as moved. Fetch more history (`git fetch --deepen=1`, or `git fetch --depth=<n> origin <branch>`; actions/checkout: `fetch-depth: 0`) or pass --base with a commit this clone has"
     )]
     FleetBaseNotFetched,
+    /// `--include`/`--exclude` leave out every file of a cluster that
+    /// holds an OpenMedModel.
+    #[error(
+        "--include/--exclude leave out every file of cluster {cluster} ({path}/) that holds an OpenMedModel: the wave rules judge each wave against the one before and would not see its models; narrow the files within each cluster's folder instead"
+    )]
+    FleetFilter {
+        /// The cluster.
+        cluster: String,
+        /// Its folder.
+        path: String,
+    },
 }
 
 /// The result of one verification.
@@ -180,12 +191,15 @@ struct Parsed {
 /// A repository whose REV holds `openmed-fleet.yaml` at its root is a
 /// fleet (docs/fleet.md): each wave's folder is judged as its own cluster,
 /// with `--status DIR/<cluster>.yaml` when given, and then the waves against
-/// each other ([`waves`]). `--include` judges only what it names,
-/// as for any repository.
+/// each other ([`waves`]). `--include` and `--exclude` narrow the files
+/// read within each cluster's folder.
 pub fn verify(options: &Options) -> Result<Report, UsageError> {
     match fleet_waves(options)? {
-        Some(waves) if options.include.is_empty() => verify_fleet(options, &waves),
-        _ => verify_one(options),
+        Some(waves) => verify_fleet(options, &waves),
+        None => verify_one(
+            options,
+            &PathFilter::new(&options.include, &options.exclude)?,
+        ),
     }
 }
 
@@ -220,9 +234,12 @@ fn fleet_waves(options: &Options) -> Result<Option<Vec<crate::fleet::Wave>>, Usa
 /// Each cluster's folder judged as its own cluster, then the waves
 /// against each other; one report. An input that would leave a wave rule
 /// blind is refused before anything is judged: a cluster without its
-/// status file, a BASE this clone does not have.
+/// status file, a BASE this clone does not have, filters that hide every
+/// model of a cluster.
 fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Report, UsageError> {
     let statuses = fleet_statuses(options, waves)?;
+    let filter = PathFilter::new(&options.include, &options.exclude)?;
+    fleet_filter_hides_nothing(options, waves, &filter)?;
     let mut merged: Option<Report> = None;
     let mut members = Vec::new();
     let before = fleet_before(options, waves)?;
@@ -234,11 +251,10 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
             .map(|file| status::read(file, &options.namespace))
             .transpose()?;
         let scoped = Options {
-            include: vec![format!("{}/**", cluster.path)],
             status,
             ..options.clone()
         };
-        let mut report = verify_one(&scoped)?;
+        let mut report = verify_one(&scoped, &filter.clone().within(&cluster.path))?;
         for note in &mut report.notes {
             *note = format!("cluster {}: {note}", cluster.name);
         }
@@ -330,6 +346,57 @@ fn fleet_statuses(
     })
 }
 
+/// With `--include` or `--exclude`: refused when they leave out every
+/// file of a cluster's folder, at REV, and one of those holds an
+/// OpenMedModel (the waves would judge that cluster as empty).
+fn fleet_filter_hides_nothing(
+    options: &Options,
+    waves: &[crate::fleet::Wave],
+    filter: &PathFilter,
+) -> Result<(), UsageError> {
+    if options.include.is_empty() && options.exclude.is_empty() {
+        return Ok(());
+    }
+    let repo = open_repo(options)?;
+    let yaml = |path: &str| source::is_yaml_name(std::path::Path::new(path));
+    // (path, how to read it) of every YAML file at REV.
+    let files: Vec<(String, Result<Oid, PathBuf>)> = if options.worktree {
+        git::worktree_files(&repo, &yaml)
+            .map_err(UsageError::Worktree)?
+            .into_iter()
+            .map(|(path, absolute)| (path, Err(absolute)))
+            .collect()
+    } else {
+        let spec = options.rev.as_deref().unwrap_or("HEAD");
+        let rev = git::commit(&repo, spec).map_err(|e| unknown("--rev", spec, &e))?;
+        git::files(&repo, &rev.tree()?, &yaml)?
+            .into_iter()
+            .map(|(path, oid)| (path, Ok(oid)))
+            .collect()
+    };
+    for (_, _, cluster) in crate::fleet::clusters(waves) {
+        let scoped = filter.clone().within(&cluster.path);
+        let prefix = format!("{}/", cluster.path);
+        let folder = files.iter().filter(|(path, _)| path.starts_with(&prefix));
+        if folder.clone().any(|(path, _)| scoped.keeps(path)) {
+            continue;
+        }
+        for (path, at) in folder {
+            let bytes = match at {
+                Ok(oid) => git::blob(&repo, *oid)?,
+                Err(absolute) => std::fs::read(absolute).map_err(UsageError::Worktree)?,
+            };
+            if mentions_model(path, &bytes) {
+                return Err(UsageError::FleetFilter {
+                    cluster: cluster.name.clone(),
+                    path: cluster.path.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Each cluster's models before the change, in the fleet's order: their
 /// versions at BASE, or none without a BASE (REV is a first commit). A
 /// BASE that exists but is not in this shallow clone cannot be read, and
@@ -382,9 +449,8 @@ fn fleet_before(
     Ok(all)
 }
 
-/// [`verify`] of one cluster's files.
-fn verify_one(options: &Options) -> Result<Report, UsageError> {
-    let filter = PathFilter::new(&options.include, &options.exclude)?;
+/// [`verify`] of one cluster's files: those `filter` keeps.
+fn verify_one(options: &Options, filter: &PathFilter) -> Result<Report, UsageError> {
     let keep = |path: &str| filter.keeps(path);
     let repo = open_repo(options)?;
     let cluster = options
@@ -546,21 +612,10 @@ fn unknown(flag: &'static str, spec: &str, e: &git2::Error) -> UsageError {
 /// mentions OpenMedModel: then it is a broken manifest, reported to
 /// `findings` when given (REV), and skipped otherwise (BASE, history).
 fn parse_file(path: &str, bytes: &[u8], findings: Option<&mut Vec<Finding>>) -> Vec<Document> {
-    // Judged as `render` judges a file: decoded the same way (a BOM, UTF-16),
-    // with the same limits.
-    let text = source::decode_text(path, bytes);
-    let mentions_model = match &text {
-        Ok(text) => text.contains(crate::api::KIND),
-        Err(_) => {
-            contains(bytes, crate::api::KIND.as_bytes())
-                || contains(bytes, &utf16le(crate::api::KIND))
-                || contains(bytes, &utf16be(crate::api::KIND))
-        }
-    };
     match source::parse_bytes(path, bytes) {
         Ok(docs) => docs,
         Err(error) => {
-            if let (true, Some(findings)) = (mentions_model, findings) {
+            if let (true, Some(findings)) = (mentions_model(path, bytes), findings) {
                 let (document, line, message) = match &error {
                     ReadError::Yaml {
                         document,
@@ -583,6 +638,19 @@ fn parse_file(path: &str, bytes: &[u8], findings: Option<&mut Vec<Finding>>) -> 
                 ));
             }
             Vec::new()
+        }
+    }
+}
+
+/// Whether a file mentions OpenMedModel, judged as `render` judges a
+/// file: decoded the same way (a BOM, UTF-16), with the same limits.
+fn mentions_model(path: &str, bytes: &[u8]) -> bool {
+    match source::decode_text(path, bytes) {
+        Ok(text) => text.contains(crate::api::KIND),
+        Err(_) => {
+            contains(bytes, crate::api::KIND.as_bytes())
+                || contains(bytes, &utf16le(crate::api::KIND))
+                || contains(bytes, &utf16be(crate::api::KIND))
         }
     }
 }
