@@ -1583,6 +1583,120 @@ fn after_a_rollback_in_one_wave_fix_sets_every_folder_back_in_step() {
     );
 }
 
+/// A cluster's status of `svc` (`kubectl get omm -A -o yaml`): Git asks it
+/// for `version`, and `status` is the status block's lines, indented by four.
+fn svc_status(version: &str, status: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: openmed.ai/v1alpha1\n  kind: OpenMedModel\n  metadata: {{name: svc, namespace: team}}\n  spec: {{family: pii, tier: Small, version: {version}}}\n  status:\n{status}"
+    )
+}
+
+/// The hash the operator gives `svc` at `version` (`status.failedSpecHash`).
+fn spec_hash(version: &str) -> String {
+    let doc = &openmed_op::source::parse_stream("svc.yaml", &model("svc", version)).unwrap()[0];
+    let spec = openmed_op::api::validate(&doc.value, None).unwrap();
+    openmed_op::plan::spec_hash(&openmed_op::plan::normalize("svc", &spec))
+}
+
+/// `svc` Ready at `version` and soaked, `previous` the version before.
+fn soaked_status(version: &str, previous: &str) -> String {
+    svc_status(
+        version,
+        &format!(
+            "    phase: Ready\n    desiredVersion: {version}\n    activeVersion: {version}\n    lastSuccessfulSpec: {{family: pii, tier: Small, version: {version}}}\n    previousSuccessfulSpec: {{family: pii, tier: Small, version: {previous}}}\n    conditions:\n    - {{type: Soaked, status: \"True\", reason: Soaked, message: soaked, lastTransitionTime: \"2026-12-06T07:00:00Z\"}}\n    soak: {{version: {version}, specHash: abc, startTime: \"2026-12-06T06:50:00Z\", endTime: \"2026-12-06T07:00:00Z\", soakedTime: \"2026-12-06T07:00:00Z\"}}\n"
+        ),
+    )
+}
+
+/// `svc`'s rollout of `failed` failed and rolled back automatically to
+/// `restored`.
+fn rolled_back_status(failed: &str, restored: &str) -> String {
+    svc_status(
+        failed,
+        &format!(
+            "    phase: RolledBack\n    desiredVersion: {failed}\n    activeVersion: {restored}\n    lastSuccessfulSpec: {{family: pii, tier: Small, version: {restored}}}\n    rollbackSpec: {{family: pii, tier: Small, version: {restored}}}\n    rollbackRequest: automatic:{restored}\n    failedSpecHash: {}\n",
+            spec_hash(failed)
+        ),
+    )
+}
+
+#[test]
+fn after_a_rollback_in_a_later_wave_the_fix_commit_passes_and_stays_fixed() {
+    // Staging took v2 and soaked it; both hospitals were promoted, and
+    // hospital A's rollout of v2 rolled back to v1, so Flux never applied
+    // v2 to hospital B.
+    let repo = TestRepo::new();
+    commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v2", "v2"]);
+    repo.checkout("main");
+    let statuses = tempfile::tempdir().unwrap();
+    for (cluster, status) in [
+        ("staging", soaked_status("v2", "v1")),
+        ("hospital-a", rolled_back_status("v2", "v1")),
+        ("hospital-b", soaked_status("v1", "v0")),
+    ] {
+        std::fs::write(statuses.path().join(format!("{cluster}.yaml")), status).unwrap();
+    }
+    let dir = statuses.path().to_str().unwrap();
+
+    // --fix sets both hospitals back to the version hospital A restored.
+    let out = verify(&repo, &["--status", dir, "--fix"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let folder = |cluster: &str| {
+        std::fs::read_to_string(repo.path().join(format!("clusters/{cluster}/svc.yaml"))).unwrap()
+    };
+    assert!(folder("staging").contains("version: v2"));
+    assert!(
+        folder("hospital-a").contains("version: v1"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        folder("hospital-b").contains("version: v1"),
+        "{}",
+        stdout(&out)
+    );
+
+    // That fix, committed on main or in a pull request, passes with and
+    // without the statuses: going back to a version the wave before has
+    // passed, or to the one the cluster restored, is not running ahead.
+    // And a second --fix changes nothing.
+    let fixed = fleet_files(["v2", "v1", "v1"]);
+    let fixed: Vec<(&str, &str)> = fixed
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let main = repo.tip("main").unwrap();
+    repo.commit_on("fix", &[main], &fixed);
+    repo.commit("main", &fixed);
+    for branch in ["main", "fix"] {
+        repo.checkout(branch);
+        for args in [
+            vec!["--rev", branch],
+            vec!["--rev", branch, "--status", dir],
+        ] {
+            let out = verify(&repo, &args);
+            assert_eq!(
+                code(&out),
+                0,
+                "{branch} {args:?}: {}{}",
+                stdout(&out),
+                stderr(&out)
+            );
+        }
+        let out = verify(&repo, &["--status", dir, "--fix"]);
+        assert_eq!(code(&out), 0, "{branch}: {}{}", stdout(&out), stderr(&out));
+        assert!(
+            stdout(&out).is_empty() && stderr(&out).contains("nothing that --fix can change"),
+            "{branch}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(folder("hospital-a").contains("version: v1"), "{branch}");
+    }
+}
+
 /// A status of `svc` in one cluster: `desired` asked for, `active` served,
 /// and a soak of `desired` that is over when `soaked`.
 fn soak_status(desired: &str, active: &str, soaked: bool) -> String {

@@ -278,7 +278,8 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
         });
     }
     let mut report = merged.expect("a fleet has at least one cluster");
-    report.findings.extend(waves::judge(&members));
+    let across = waves::judge(&members, &report.findings);
+    report.findings.extend(across);
     sort(&mut report.findings);
     Ok(report)
 }
