@@ -1544,6 +1544,10 @@ fn after_a_rollback_in_one_wave_fix_sets_every_folder_back_in_step() {
         .replace("activeVersion: v2", "activeVersion: v1")
         .replace("rollbackSpec: {family: pii, tier: Small, version: v2}", "rollbackSpec: {family: pii, tier: Small, version: v1}\n    rollbackRequest: automatic:v1");
     std::fs::write(statuses.path().join("staging.yaml"), staging).unwrap();
+    for hospital in ["hospital-a", "hospital-b"] {
+        let file = statuses.path().join(format!("{hospital}.yaml"));
+        std::fs::write(file, soak_status("v1", "v1", true)).unwrap();
+    }
     let dir = statuses.path().to_str().unwrap();
 
     let out = verify(&repo, &["--status", dir]);
@@ -1577,6 +1581,120 @@ fn after_a_rollback_in_one_wave_fix_sets_every_folder_back_in_step() {
         "{}",
         stderr(&out)
     );
+}
+
+/// A cluster's status of `svc` (`kubectl get omm -A -o yaml`): Git asks it
+/// for `version`, and `status` is the status block's lines, indented by four.
+fn svc_status(version: &str, status: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: openmed.ai/v1alpha1\n  kind: OpenMedModel\n  metadata: {{name: svc, namespace: team}}\n  spec: {{family: pii, tier: Small, version: {version}}}\n  status:\n{status}"
+    )
+}
+
+/// The hash the operator gives `svc` at `version` (`status.failedSpecHash`).
+fn spec_hash(version: &str) -> String {
+    let doc = &openmed_op::source::parse_stream("svc.yaml", &model("svc", version)).unwrap()[0];
+    let spec = openmed_op::api::validate(&doc.value, None).unwrap();
+    openmed_op::plan::spec_hash(&openmed_op::plan::normalize("svc", &spec))
+}
+
+/// `svc` Ready at `version` and soaked, `previous` the version before.
+fn soaked_status(version: &str, previous: &str) -> String {
+    svc_status(
+        version,
+        &format!(
+            "    phase: Ready\n    desiredVersion: {version}\n    activeVersion: {version}\n    lastSuccessfulSpec: {{family: pii, tier: Small, version: {version}}}\n    previousSuccessfulSpec: {{family: pii, tier: Small, version: {previous}}}\n    conditions:\n    - {{type: Soaked, status: \"True\", reason: Soaked, message: soaked, lastTransitionTime: \"2026-12-06T07:00:00Z\"}}\n    soak: {{version: {version}, specHash: abc, startTime: \"2026-12-06T06:50:00Z\", endTime: \"2026-12-06T07:00:00Z\", soakedTime: \"2026-12-06T07:00:00Z\"}}\n"
+        ),
+    )
+}
+
+/// `svc`'s rollout of `failed` failed and rolled back automatically to
+/// `restored`.
+fn rolled_back_status(failed: &str, restored: &str) -> String {
+    svc_status(
+        failed,
+        &format!(
+            "    phase: RolledBack\n    desiredVersion: {failed}\n    activeVersion: {restored}\n    lastSuccessfulSpec: {{family: pii, tier: Small, version: {restored}}}\n    rollbackSpec: {{family: pii, tier: Small, version: {restored}}}\n    rollbackRequest: automatic:{restored}\n    failedSpecHash: {}\n",
+            spec_hash(failed)
+        ),
+    )
+}
+
+#[test]
+fn after_a_rollback_in_a_later_wave_the_fix_commit_passes_and_stays_fixed() {
+    // Staging took v2 and soaked it; both hospitals were promoted, and
+    // hospital A's rollout of v2 rolled back to v1, so Flux never applied
+    // v2 to hospital B.
+    let repo = TestRepo::new();
+    commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v2", "v2"]);
+    repo.checkout("main");
+    let statuses = tempfile::tempdir().unwrap();
+    for (cluster, status) in [
+        ("staging", soaked_status("v2", "v1")),
+        ("hospital-a", rolled_back_status("v2", "v1")),
+        ("hospital-b", soaked_status("v1", "v0")),
+    ] {
+        std::fs::write(statuses.path().join(format!("{cluster}.yaml")), status).unwrap();
+    }
+    let dir = statuses.path().to_str().unwrap();
+
+    // --fix sets both hospitals back to the version hospital A restored.
+    let out = verify(&repo, &["--status", dir, "--fix"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let folder = |cluster: &str| {
+        std::fs::read_to_string(repo.path().join(format!("clusters/{cluster}/svc.yaml"))).unwrap()
+    };
+    assert!(folder("staging").contains("version: v2"));
+    assert!(
+        folder("hospital-a").contains("version: v1"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        folder("hospital-b").contains("version: v1"),
+        "{}",
+        stdout(&out)
+    );
+
+    // That fix, committed on main or in a pull request, passes with and
+    // without the statuses: going back to a version the wave before has
+    // passed, or to the one the cluster restored, is not running ahead.
+    // And a second --fix changes nothing.
+    let fixed = fleet_files(["v2", "v1", "v1"]);
+    let fixed: Vec<(&str, &str)> = fixed
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let main = repo.tip("main").unwrap();
+    repo.commit_on("fix", &[main], &fixed);
+    repo.commit("main", &fixed);
+    for branch in ["main", "fix"] {
+        repo.checkout(branch);
+        for args in [
+            vec!["--rev", branch],
+            vec!["--rev", branch, "--status", dir],
+        ] {
+            let out = verify(&repo, &args);
+            assert_eq!(
+                code(&out),
+                0,
+                "{branch} {args:?}: {}{}",
+                stdout(&out),
+                stderr(&out)
+            );
+        }
+        let out = verify(&repo, &["--status", dir, "--fix"]);
+        assert_eq!(code(&out), 0, "{branch}: {}{}", stdout(&out), stderr(&out));
+        assert!(
+            stdout(&out).is_empty() && stderr(&out).contains("nothing that --fix can change"),
+            "{branch}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(folder("hospital-a").contains("version: v1"), "{branch}");
+    }
 }
 
 /// A status of `svc` in one cluster: `desired` asked for, `active` served,
@@ -1618,6 +1736,10 @@ fn a_wave_promoted_on_its_own_moves_only_to_a_version_the_wave_before_has_soaked
     let statuses = tempfile::tempdir().unwrap();
     let dir = statuses.path().to_str().unwrap();
     let staging = statuses.path().join("staging.yaml");
+    for hospital in ["hospital-a", "hospital-b"] {
+        let file = statuses.path().join(format!("{hospital}.yaml"));
+        std::fs::write(file, soak_status("v1", "v1", true)).unwrap();
+    }
 
     // Without staging's status nothing says whether it soaked.
     assert_eq!(code(&verify(&repo, &[])), 0);
@@ -1693,6 +1815,158 @@ fn a_wave_promoted_on_its_own_moves_only_to_a_version_the_wave_before_has_soaked
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("version: v1"), "{text}");
+}
+
+#[test]
+fn a_fleet_whose_base_is_not_in_a_shallow_clone_is_refused() {
+    // Staging alone moves to v2: the waves need BASE to tell that hospital
+    // A only lags. A depth-1 clone has REV and not its parent.
+    let repo = TestRepo::new();
+    commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v1", "v1"]);
+    let tip = repo.tip("main").unwrap();
+    std::fs::write(repo.repo.path().join("shallow"), format!("{tip}\n")).unwrap();
+    let out = verify(&repo, &[]);
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    let said = stderr(&out);
+    for words in [
+        "no BASE: REV's parent is not in this shallow clone",
+        "WaveAhead, WaveNotSoaked and WaveDisagrees",
+        "git fetch --deepen=1",
+        "fetch-depth: 0",
+        "--base",
+    ] {
+        assert!(said.contains(words), "{words}: {said}");
+    }
+
+    // A first commit has no BASE either, and nothing is missing: every
+    // model is added, the report says so, and Flux applies it wave by wave.
+    let first = TestRepo::new();
+    commit_fleet(&first, "main", ["v1", "v1", "v1"]);
+    let out = verify(&first, &[]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("note: cluster staging: no BASE: REV is a root commit"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn in_a_fleet_every_cluster_needs_its_status_file() {
+    // Hospital A is promoted on its own while staging still soaks v2; the
+    // status directory spells staging's file wrong.
+    let repo = TestRepo::new();
+    commit_fleet(&repo, "main", ["v1", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v1", "v1"]);
+    commit_fleet(&repo, "main", ["v2", "v2", "v1"]);
+    let statuses = tempfile::tempdir().unwrap();
+    let dir = statuses.path().to_str().unwrap();
+    std::fs::write(
+        statuses.path().join("Staging.yaml"),
+        soak_status("v2", "v2", false),
+    )
+    .unwrap();
+    std::fs::write(
+        statuses.path().join("hospital-a.yaml"),
+        soak_status("v1", "v1", true),
+    )
+    .unwrap();
+    let out = verify(&repo, &["--status", dir]);
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
+    let said = stderr(&out);
+    for words in [
+        format!("--status {dir}: no status for clusters staging, hospital-b"),
+        format!("{dir}/staging.yaml"),
+        format!("{dir} also holds Staging.yaml, which names no cluster of the fleet"),
+        "WaveNotSoaked cannot judge the wave after that cluster".to_owned(),
+    ] {
+        assert!(said.contains(&words), "{words}: {said}");
+    }
+
+    // Named right, staging's status refuses the promotion.
+    std::fs::rename(
+        statuses.path().join("Staging.yaml"),
+        statuses.path().join("staging.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        statuses.path().join("hospital-b.yaml"),
+        "apiVersion: v1\nkind: List\nitems: []\n",
+    )
+    .unwrap();
+    let out = verify(&repo, &["--status", dir]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("clusters/hospital-a/svc.yaml:9: document 1: error[WaveNotSoaked]"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn in_a_fleet_include_and_exclude_narrow_each_clusters_folder() {
+    // Hospital A runs ahead; staging's folder also holds a chart template
+    // that is not YAML yet.
+    let template = model("svc", "v1").replace("tier: Small", "tier: {{ .Values.tier }}");
+    let repo = TestRepo::new();
+    for versions in [["v1", "v1", "v1"], ["v1", "v2", "v1"]] {
+        let mut files = fleet_files(versions);
+        files.push((
+            "clusters/staging/templates/model.yaml".to_owned(),
+            template.clone(),
+        ));
+        let files: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        repo.commit("main", &files);
+    }
+    let rules = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--format", "json"]);
+        let out = verify(&repo, &all);
+        let report = json(&out);
+        let rules: Vec<(String, String)> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["file"].as_str().unwrap().to_owned(),
+                    f["rule"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        (code(&out), rules)
+    };
+    let ahead = (
+        "clusters/hospital-a/svc.yaml".to_owned(),
+        "WaveAhead".to_owned(),
+    );
+    let template = (
+        "clusters/staging/templates/model.yaml".to_owned(),
+        "InvalidYaml".to_owned(),
+    );
+    assert_eq!(rules(&[]), (1, vec![ahead.clone(), template]));
+    // The user's globs and each cluster's folder must both match: the
+    // template is left out, and the waves are still judged.
+    assert_eq!(rules(&["--include", "svc.yaml"]), (1, vec![ahead.clone()]));
+    assert_eq!(
+        rules(&["--include", "clusters/**/svc.yaml"]),
+        (1, vec![ahead.clone()])
+    );
+    assert_eq!(rules(&["--exclude", "templates"]), (1, vec![ahead]));
+
+    // Globs that leave out every model of a cluster would blind the waves.
+    let out = verify(&repo, &["--include", "clusters/hospital-a"]);
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains("--include/--exclude leave out every file of cluster staging (clusters/staging/) that holds an OpenMedModel"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Staging, then one wave of two hospitals applied together.

@@ -121,12 +121,14 @@ input or malformed YAML.")]
     ///   7. with --status, after an automatic rollback, the one-line change
     ///      that makes Git agree with the cluster (GitBehindRollback);
     ///   8. in a fleet (openmed-fleet.yaml at the root), each cluster's
-    ///      folder as its own cluster (--status DIR with DIR/<cluster>.yaml),
-    ///      and no wave moved to a version the wave before does not ask for
-    ///      (WaveAhead) or, promoted on its own, has not soaked (its status:
-    ///      WaveNotSoaked); the clusters of one wave ask for the same
-    ///      version (WaveDisagrees); none is left on a version that rolled
-    ///      back in an earlier wave (WaveBehindRollback).
+    ///      folder as its own cluster (--status DIR with DIR/<cluster>.yaml
+    ///      for every cluster; --include/--exclude narrow each folder), and
+    ///      no wave moved to a version the wave before does not ask for and
+    ///      has not passed (WaveAhead) or, promoted on its own, has not
+    ///      soaked (its status: WaveNotSoaked); the clusters of one wave ask
+    ///      for the same version (WaveDisagrees); none is left on a version
+    ///      that rolled back in an earlier wave (WaveBehindRollback). One
+    ///      --fix is enough: the commit it makes passes.
     ///
     /// BASE defaults to the merge base of REV with the default branch
     /// (origin/HEAD, main or master), else REV's first parent. See
@@ -146,7 +148,9 @@ Examples:
   openmed-op verify --status status.yaml --fix --dry-run   # the fixes as a diff
 
 Exit codes: 0 no errors (warnings allowed), 1 errors, 2 not a Git repository,
-unknown revision, bad glob, unreadable or malformed --status input."
+unknown revision, bad glob, unreadable or malformed --status input; in a
+fleet also a cluster without DIR/<cluster>.yaml, a BASE missing from a
+shallow clone, or globs that hide every model of a cluster."
     )]
     Verify(VerifyArgs),
 

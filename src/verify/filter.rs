@@ -11,6 +11,9 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 pub struct PathFilter {
     include: Option<GlobSet>,
     exclude: GlobSet,
+    /// A folder every path read must be in (a fleet's cluster), on top of
+    /// `include` and `exclude`.
+    within: Option<String>,
 }
 
 impl PathFilter {
@@ -28,12 +31,21 @@ impl PathFilter {
                 Some(set(include)?)
             },
             exclude: set(exclude)?,
+            within: None,
         })
+    }
+
+    /// The same filter, keeping only paths inside `folder` (relative to
+    /// the root, no trailing `/`): both it and the globs must match.
+    pub fn within(mut self, folder: &str) -> Self {
+        self.within = Some(format!("{folder}/"));
+        self
     }
 
     /// True when `path` is read.
     pub fn keeps(&self, path: &str) -> bool {
         crate::source::is_yaml_name(std::path::Path::new(path))
+            && self.within.as_ref().is_none_or(|w| path.starts_with(w))
             && self.include.as_ref().is_none_or(|s| s.is_match(path))
             && !self.exclude.is_match(path)
     }
@@ -93,6 +105,30 @@ mod tests {
             !f.keeps("models/old/a.yaml"),
             "a directory covers all below it"
         );
+    }
+
+    #[test]
+    fn a_folder_narrows_the_globs_and_both_must_match() {
+        let f = filter(&["svc.yaml"], &["old"]).within("clusters/staging");
+        assert!(f.keeps("clusters/staging/svc.yaml"));
+        assert!(
+            !f.keeps("clusters/staging/other.yaml"),
+            "the glob still applies"
+        );
+        assert!(
+            !f.keeps("clusters/hospital-a/svc.yaml"),
+            "outside the folder"
+        );
+        assert!(
+            !f.keeps("clusters/staging-2/svc.yaml"),
+            "a folder is not a prefix of a name"
+        );
+        assert!(
+            !f.keeps("clusters/staging/old/svc.yaml"),
+            "exclude still applies"
+        );
+        let f = filter(&[], &[]).within("clusters/[a]");
+        assert!(f.keeps("clusters/[a]/svc.yaml"), "a folder is not a glob");
     }
 
     #[test]

@@ -115,6 +115,36 @@ pub enum UsageError {
         "--status {0}: in a fleet (openmed-fleet.yaml), --status is a directory with one file per wave (per cluster in a wave of several), named after it (DIR/staging.yaml)"
     )]
     FleetStatus(String),
+    /// `--status DIR` in a fleet lacks a cluster's file.
+    #[error(
+        "--status {dir}: no status for {clusters} ({expected}){holds}. In a fleet every cluster's status is read: without it, WaveNotSoaked cannot judge the wave after that cluster, WaveBehindRollback cannot see a rollback there, and the cluster's own rules judge without it. Give each cluster's `kubectl get openmedmodels -A -o yaml` as DIR/<cluster>.yaml (a List with no items for a cluster without OpenMedModels)"
+    )]
+    FleetStatusMissing {
+        /// The directory given.
+        dir: String,
+        /// `cluster hospital-a` or `clusters hospital-a, hospital-b`.
+        clusters: String,
+        /// The files looked for.
+        expected: String,
+        /// The files of the directory that name no cluster, said.
+        holds: String,
+    },
+    /// A fleet's BASE exists but is not in this (shallow) clone.
+    #[error(
+        "no BASE: REV's parent is not in this shallow clone, and in a fleet (openmed-fleet.yaml) the wave rules judge what the change moved since BASE: without it WaveAhead, WaveNotSoaked and WaveDisagrees would take every model as moved. Fetch more history (`git fetch --deepen=1`, or `git fetch --depth=<n> origin <branch>`; actions/checkout: `fetch-depth: 0`) or pass --base with a commit this clone has"
+    )]
+    FleetBaseNotFetched,
+    /// `--include`/`--exclude` leave out every file of a cluster that
+    /// holds an OpenMedModel.
+    #[error(
+        "--include/--exclude leave out every file of cluster {cluster} ({path}/) that holds an OpenMedModel: the wave rules judge each wave against the one before and would not see its models; narrow the files within each cluster's folder instead"
+    )]
+    FleetFilter {
+        /// The cluster.
+        cluster: String,
+        /// Its folder.
+        path: String,
+    },
 }
 
 /// The result of one verification.
@@ -161,12 +191,15 @@ struct Parsed {
 /// A repository whose REV holds `openmed-fleet.yaml` at its root is a
 /// fleet (docs/fleet.md): each wave's folder is judged as its own cluster,
 /// with `--status DIR/<cluster>.yaml` when given, and then the waves against
-/// each other ([`waves`]). `--include` judges only what it names,
-/// as for any repository.
+/// each other ([`waves`]). `--include` and `--exclude` narrow the files
+/// read within each cluster's folder.
 pub fn verify(options: &Options) -> Result<Report, UsageError> {
     match fleet_waves(options)? {
-        Some(waves) if options.include.is_empty() => verify_fleet(options, &waves),
-        _ => verify_one(options),
+        Some(waves) => verify_fleet(options, &waves),
+        None => verify_one(
+            options,
+            &PathFilter::new(&options.include, &options.exclude)?,
+        ),
     }
 }
 
@@ -199,33 +232,29 @@ fn fleet_waves(options: &Options) -> Result<Option<Vec<crate::fleet::Wave>>, Usa
 }
 
 /// Each cluster's folder judged as its own cluster, then the waves
-/// against each other; one report.
+/// against each other; one report. An input that would leave a wave rule
+/// blind is refused before anything is judged: a cluster without its
+/// status file, a BASE this clone does not have, filters that hide every
+/// model of a cluster.
 fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Report, UsageError> {
-    let statuses = match &options.status {
-        Some(dir) if !dir.is_dir() => {
-            return Err(UsageError::FleetStatus(dir.display().to_string()));
-        }
-        Some(dir) => Some(dir.clone()),
-        None => None,
-    };
+    let statuses = fleet_statuses(options, waves)?;
+    let filter = PathFilter::new(&options.include, &options.exclude)?;
+    fleet_filter_hides_nothing(options, waves, &filter)?;
     let mut merged: Option<Report> = None;
     let mut members = Vec::new();
-    let mut before = fleet_base_versions(options, waves)?.into_iter();
-    for (index, wave, cluster) in crate::fleet::clusters(waves) {
-        let status = statuses
-            .as_ref()
-            .map(|dir| dir.join(format!("{}.yaml", cluster.name)))
-            .filter(|file| file.is_file());
+    let before = fleet_before(options, waves)?;
+    for (((index, wave, cluster), status), before) in
+        crate::fleet::clusters(waves).zip(statuses).zip(before)
+    {
         let cluster_status = status
             .as_deref()
             .map(|file| status::read(file, &options.namespace))
             .transpose()?;
         let scoped = Options {
-            include: vec![format!("{}/**", cluster.path)],
             status,
             ..options.clone()
         };
-        let mut report = verify_one(&scoped)?;
+        let mut report = verify_one(&scoped, &filter.clone().within(&cluster.path))?;
         for note in &mut report.notes {
             *note = format!("cluster {}: {note}", cluster.name);
         }
@@ -234,7 +263,7 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
             wave,
             cluster,
             models: report.resources.clone(),
-            before: before.next().unwrap_or_default(),
+            before,
             status: cluster_status,
         });
         merged = Some(match merged {
@@ -249,18 +278,134 @@ fn verify_fleet(options: &Options, waves: &[crate::fleet::Wave]) -> Result<Repor
         });
     }
     let mut report = merged.expect("a fleet has at least one cluster");
-    report.findings.extend(waves::judge(&members));
+    let across = waves::judge(&members, &report.findings);
+    report.findings.extend(across);
     sort(&mut report.findings);
     Ok(report)
 }
 
-/// Each cluster's models at BASE, in the fleet's order, `<namespace>/<name>`
-/// → `spec.version`: what a change moved. Empty without a BASE (every
-/// model is new).
-fn fleet_base_versions(
+/// Each cluster's status file, in the fleet's order, with `--status DIR`
+/// (`DIR/<cluster>.yaml`): every one must be there.
+fn fleet_statuses(
     options: &Options,
     waves: &[crate::fleet::Wave],
-) -> Result<Vec<HashMap<String, String>>, UsageError> {
+) -> Result<Vec<Option<PathBuf>>, UsageError> {
+    let clusters = crate::fleet::clusters(waves);
+    let Some(dir) = &options.status else {
+        return Ok(clusters.map(|_| None).collect());
+    };
+    if !dir.is_dir() {
+        return Err(UsageError::FleetStatus(dir.display().to_string()));
+    }
+    let files: Vec<(String, PathBuf)> = clusters
+        .map(|(_, _, c)| (c.name.clone(), dir.join(format!("{}.yaml", c.name))))
+        .collect();
+    let missing: Vec<&(String, PathBuf)> =
+        files.iter().filter(|(_, file)| !file.is_file()).collect();
+    if missing.is_empty() {
+        return Ok(files.into_iter().map(|(_, file)| Some(file)).collect());
+    }
+    let names: Vec<&str> = missing.iter().map(|(name, _)| name.as_str()).collect();
+    let expected: Vec<String> = missing
+        .iter()
+        .map(|(_, file)| file.display().to_string())
+        .collect();
+    let mut others: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| !files.iter().any(|(c, _)| *name == format!("{c}.yaml")))
+                .collect()
+        })
+        .unwrap_or_default();
+    others.sort();
+    Err(UsageError::FleetStatusMissing {
+        dir: dir.display().to_string(),
+        clusters: format!(
+            "{} {}",
+            if names.len() == 1 {
+                "cluster"
+            } else {
+                "clusters"
+            },
+            names.join(", ")
+        ),
+        expected: expected.join(", "),
+        holds: match others.as_slice() {
+            [] => String::new(),
+            [one] => format!(
+                "; {} also holds {one}, which names no cluster of the fleet",
+                dir.display()
+            ),
+            many => format!(
+                "; {} also holds {}, which name no cluster of the fleet",
+                dir.display(),
+                many.join(", ")
+            ),
+        },
+    })
+}
+
+/// With `--include` or `--exclude`: refused when they leave out every
+/// file of a cluster's folder, at REV, and one of those holds an
+/// OpenMedModel (the waves would judge that cluster as empty).
+fn fleet_filter_hides_nothing(
+    options: &Options,
+    waves: &[crate::fleet::Wave],
+    filter: &PathFilter,
+) -> Result<(), UsageError> {
+    if options.include.is_empty() && options.exclude.is_empty() {
+        return Ok(());
+    }
+    let repo = open_repo(options)?;
+    let yaml = |path: &str| source::is_yaml_name(std::path::Path::new(path));
+    // (path, how to read it) of every YAML file at REV.
+    let files: Vec<(String, Result<Oid, PathBuf>)> = if options.worktree {
+        git::worktree_files(&repo, &yaml)
+            .map_err(UsageError::Worktree)?
+            .into_iter()
+            .map(|(path, absolute)| (path, Err(absolute)))
+            .collect()
+    } else {
+        let spec = options.rev.as_deref().unwrap_or("HEAD");
+        let rev = git::commit(&repo, spec).map_err(|e| unknown("--rev", spec, &e))?;
+        git::files(&repo, &rev.tree()?, &yaml)?
+            .into_iter()
+            .map(|(path, oid)| (path, Ok(oid)))
+            .collect()
+    };
+    for (_, _, cluster) in crate::fleet::clusters(waves) {
+        let scoped = filter.clone().within(&cluster.path);
+        let prefix = format!("{}/", cluster.path);
+        let folder = files.iter().filter(|(path, _)| path.starts_with(&prefix));
+        if folder.clone().any(|(path, _)| scoped.keeps(path)) {
+            continue;
+        }
+        for (path, at) in folder {
+            let bytes = match at {
+                Ok(oid) => git::blob(&repo, *oid)?,
+                Err(absolute) => std::fs::read(absolute).map_err(UsageError::Worktree)?,
+            };
+            if mentions_model(path, &bytes) {
+                return Err(UsageError::FleetFilter {
+                    cluster: cluster.name.clone(),
+                    path: cluster.path.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each cluster's models before the change, in the fleet's order: their
+/// versions at BASE, or none without a BASE (REV is a first commit). A
+/// BASE that exists but is not in this shallow clone cannot be read, and
+/// is refused: the wave rules could not tell what the change moved.
+fn fleet_before(
+    options: &Options,
+    waves: &[crate::fleet::Wave],
+) -> Result<Vec<waves::Before>, UsageError> {
     let repo = open_repo(options)?;
     let choice = match (&options.base, options.worktree) {
         (Some(spec), _) => BaseChoice::Given(resolve(&repo, "--base", spec)?),
@@ -271,8 +416,13 @@ fn fleet_base_versions(
             git::default_base(&repo, &rev)
         }
     };
-    let Some(base) = choice.oid() else {
-        return Ok(vec![HashMap::new(); crate::fleet::clusters(waves).count()]);
+    let base = match choice {
+        BaseChoice::None { shallow: true } => return Err(UsageError::FleetBaseNotFetched),
+        BaseChoice::None { shallow: false } => {
+            let count = crate::fleet::clusters(waves).count();
+            return Ok(vec![waves::Before::FirstCommit; count]);
+        }
+        found => found.oid().expect("a BASE that was found"),
     };
     let tree = repo.find_commit(base)?.tree()?;
     let ns = options.namespace.as_str();
@@ -295,14 +445,13 @@ fn fleet_base_versions(
                 );
             }
         }
-        all.push(versions);
+        all.push(waves::Before::Base(versions));
     }
     Ok(all)
 }
 
-/// [`verify`] of one cluster's files.
-fn verify_one(options: &Options) -> Result<Report, UsageError> {
-    let filter = PathFilter::new(&options.include, &options.exclude)?;
+/// [`verify`] of one cluster's files: those `filter` keeps.
+fn verify_one(options: &Options, filter: &PathFilter) -> Result<Report, UsageError> {
     let keep = |path: &str| filter.keeps(path);
     let repo = open_repo(options)?;
     let cluster = options
@@ -464,21 +613,10 @@ fn unknown(flag: &'static str, spec: &str, e: &git2::Error) -> UsageError {
 /// mentions OpenMedModel: then it is a broken manifest, reported to
 /// `findings` when given (REV), and skipped otherwise (BASE, history).
 fn parse_file(path: &str, bytes: &[u8], findings: Option<&mut Vec<Finding>>) -> Vec<Document> {
-    // Judged as `render` judges a file: decoded the same way (a BOM, UTF-16),
-    // with the same limits.
-    let text = source::decode_text(path, bytes);
-    let mentions_model = match &text {
-        Ok(text) => text.contains(crate::api::KIND),
-        Err(_) => {
-            contains(bytes, crate::api::KIND.as_bytes())
-                || contains(bytes, &utf16le(crate::api::KIND))
-                || contains(bytes, &utf16be(crate::api::KIND))
-        }
-    };
     match source::parse_bytes(path, bytes) {
         Ok(docs) => docs,
         Err(error) => {
-            if let (true, Some(findings)) = (mentions_model, findings) {
+            if let (true, Some(findings)) = (mentions_model(path, bytes), findings) {
                 let (document, line, message) = match &error {
                     ReadError::Yaml {
                         document,
@@ -501,6 +639,19 @@ fn parse_file(path: &str, bytes: &[u8], findings: Option<&mut Vec<Finding>>) -> 
                 ));
             }
             Vec::new()
+        }
+    }
+}
+
+/// Whether a file mentions OpenMedModel, judged as `render` judges a
+/// file: decoded the same way (a BOM, UTF-16), with the same limits.
+fn mentions_model(path: &str, bytes: &[u8]) -> bool {
+    match source::decode_text(path, bytes) {
+        Ok(text) => text.contains(crate::api::KIND),
+        Err(_) => {
+            contains(bytes, crate::api::KIND.as_bytes())
+                || contains(bytes, &utf16le(crate::api::KIND))
+                || contains(bytes, &utf16be(crate::api::KIND))
         }
     }
 }

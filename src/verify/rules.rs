@@ -158,7 +158,7 @@ impl RetainedSource {
 }
 
 /// One OpenMedModel at REV, as the report lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceSummary {
     /// `<namespace>/<name>`.
@@ -179,6 +179,9 @@ pub struct ResourceSummary {
     /// Where `spec.version` is at REV: the line a finding about it names.
     #[serde(skip)]
     pub version_at: LocationJson,
+    /// Its normalized spec at REV (what the operator hashes), when valid.
+    #[serde(skip)]
+    pub normalized: Option<OpenMedModelSpec>,
 }
 
 /// What the rules found.
@@ -302,6 +305,7 @@ pub fn check(input: &Input) -> Outcome {
             retained_versions_source: source,
             rollback_to: facts.rollback_to.clone(),
             version_at: (&doc.at("spec.version")).into(),
+            normalized: rev_plan.map(|(normalized, _)| normalized.clone()),
         });
     }
 
@@ -481,6 +485,38 @@ fn rollback_retained(
     findings.push(finding);
 }
 
+/// Whether the cluster's `status` shows that `model` asking for `version`
+/// failed there: its rollout of `version` failed (phase RolledBack or
+/// Failed), or that very spec did (`status.failedSpecHash`). A change to
+/// such a version is what `FailedVersionRetried` refuses, so no fix
+/// suggests one.
+pub fn failed_there(status: &OpenMedModelStatus, model: &ResourceSummary, version: &str) -> bool {
+    let failed_phase = matches!(status.phase, Some(Phase::RolledBack | Phase::Failed));
+    if failed_phase && status.desired_version.as_deref() == Some(version) {
+        return true;
+    }
+    let (Some(failed), Some(normalized)) = (&status.failed_spec_hash, &model.normalized) else {
+        return false;
+    };
+    let mut asked = normalized.clone();
+    asked.version = version.to_owned();
+    &plan::spec_hash(&asked) == failed
+}
+
+/// The version the cluster restored after rolling `status`'s model back,
+/// automatically or by hand: what it serves, and what Git is set back to.
+pub fn restored(status: &OpenMedModelStatus) -> Option<&str> {
+    if status.phase != Some(Phase::RolledBack) {
+        return None;
+    }
+    status
+        .rollback_spec
+        .as_ref()
+        .or(status.last_successful_spec.as_ref())
+        .map(|s| s.version.as_str())
+        .or(status.active_version.as_deref())
+}
+
 /// Rules 5 and 7: a version the cluster saw fail is not asked for again
 /// without a reason, and after an automatic rollback Git follows the cluster.
 fn failed_versions(change: &Change, status: &OpenMedModelStatus, findings: &mut Vec<Finding>) {
@@ -538,12 +574,7 @@ fn failed_versions(change: &Change, status: &OpenMedModelStatus, findings: &mut 
     if status.phase != Some(Phase::RolledBack) {
         return;
     }
-    let restored = status
-        .rollback_spec
-        .as_ref()
-        .or(status.last_successful_spec.as_ref())
-        .map(|s| s.version.clone())
-        .or_else(|| status.active_version.clone());
+    let restored = restored(status).map(str::to_owned);
     // A status is input too: a restored version `validate` refuses is
     // reported, never suggested.
     let refused = restored
