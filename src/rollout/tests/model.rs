@@ -130,7 +130,8 @@ struct Run {
     kinds: BTreeMap<&'static str, Kind>,
     /// Versions every pod of the stable Deployment ran ready at some time.
     completed: BTreeSet<String>,
-    /// Versions that crashed while they soaked: never retained.
+    /// Versions that crashed while they soaked: never retained, unless
+    /// rolled out again and judged afresh.
     failed_soak: BTreeSet<String>,
     /// What the ready pods of the stable Deployment preload now.
     serving: BTreeSet<String>,
@@ -233,6 +234,10 @@ impl Run {
             self.w.reconcile();
             if self.stable_version() != template {
                 self.template_changed = self.w.now;
+                // A new attempt of a version: judged afresh.
+                if let Some(v) = self.stable_version() {
+                    self.failed_soak.remove(&v);
+                }
             }
             if *self.w.status() == before {
                 break;
@@ -676,6 +681,29 @@ fn found_a_retained_version_asked_for_again_soaking_anew() {
             Bump(2),
             ClearRollback,
             Crash,
+        ],
+    )
+    .unwrap();
+}
+
+/// A version whose soak failed, retried by a later bump with no soak
+/// asked, is retained once that rollout succeeds (the model's own rule,
+/// kept: the invariant is about the attempt that crashed).
+#[test]
+fn found_a_version_retried_after_its_soak_failed() {
+    use Action::*;
+    let kinds = [Kind::CrashesLater, Kind::Good, Kind::Good, Kind::Good];
+    run(
+        kinds,
+        &[
+            Soak(60),
+            Bump(1),
+            Settle,
+            Crash,
+            Soak(0),
+            Bump(2),
+            Bump(1),
+            Settle,
         ],
     )
     .unwrap();
