@@ -124,6 +124,13 @@ impl ContainerView {
 }
 
 impl PodView {
+    /// Whether the pod is Ready and so gets requests: its model warm and,
+    /// when the quality gate guards it, passed. A gated pod that failed
+    /// the gate never served anyone.
+    pub fn serves(&self) -> bool {
+        self.containers_ready && (!self.gated || self.quality.as_ref().is_some_and(|q| q.passed))
+    }
+
     /// The part of a pod that a decision reads.
     pub fn of(pod: &Pod) -> PodView {
         let status = pod.status.as_ref();

@@ -175,7 +175,7 @@ impl Step<'_> {
             .obs
             .pods
             .iter()
-            .filter(|p| p.containers_ready && !p.terminating && p.owner.as_deref() == Some(&key))
+            .filter(|p| p.serves() && !p.terminating && p.owner.as_deref() == Some(&key))
             .filter(|p| {
                 p.replica_set
                     .as_deref()

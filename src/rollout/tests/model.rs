@@ -238,6 +238,9 @@ impl Run {
                 if let Some(v) = self.stable_version() {
                     self.failed_soak.remove(&v);
                 }
+                // The pods of other templates go as the new one rolls.
+                let snapshot = self.w.template_snapshot();
+                self.w.pods.retain(|p| p.snapshot == snapshot);
             }
             if *self.w.status() == before {
                 break;
@@ -347,9 +350,12 @@ impl Run {
         let version = self.stable_version();
         match self.kind(version.as_deref()) {
             Kind::Good | Kind::CrashesLater => {
-                self.w
-                    .pods
-                    .retain(|p| p.containers.iter().all(|c| c.restarts == 0));
+                // A crashed container is restarted in its pod, warms and is
+                // ready again: its restart count stays, as the kubelet
+                // reports it.
+                for pod in &mut self.w.pods {
+                    pod.containers_ready = true;
+                }
                 self.w.pods_ready();
                 if let Some(v) = version {
                     self.completed.insert(v.clone());
@@ -704,6 +710,29 @@ fn found_a_version_retried_after_its_soak_failed() {
             Bump(2),
             Bump(1),
             Settle,
+        ],
+    )
+    .unwrap();
+}
+
+/// A crash during a soak that a rejected rollback annotation blocks is
+/// judged once the annotation goes: the pod keeps its restart count (the
+/// model had dropped crashed pods, which no kubelet does).
+#[test]
+fn found_a_crash_during_a_blocked_soak() {
+    use Action::*;
+    let kinds = [Kind::CrashesLater, Kind::Good, Kind::Good, Kind::Good];
+    run(
+        kinds,
+        &[
+            Soak(60),
+            Bump(1),
+            Settle,
+            RollbackTo(1),
+            Crash,
+            Settle,
+            Tick(65),
+            ClearRollback,
         ],
     )
     .unwrap();

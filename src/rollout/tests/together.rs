@@ -25,6 +25,18 @@ fn served_of(d: &Value) -> Vec<String> {
 }
 
 impl World {
+    /// v1 soaked, v2 soaking (300 s each) until a pod of it crashes a
+    /// minute in: rolled back to v1.
+    fn soak_failed() -> World {
+        let mut w = World::soaked_at("v1", 300);
+        w.bump_to_soaking("v2");
+        w.now += 60;
+        w.crashing_pod("svc-new-1", 1, "Killed");
+        w.reconcile();
+        assert_eq!(w.status().rollback_request.as_deref(), Some("automatic:v1"));
+        w
+    }
+
     /// A canary of steps 20 % and 60 % with a soak of `soak` seconds, v1
     /// Ready and soaked.
     fn canary_soaking(soak: i64) -> World {
@@ -160,12 +172,7 @@ fn a_bump_while_the_version_soaks_serves_the_soaking_version_beside_the_new_one(
 
 #[test]
 fn a_soak_failure_rolls_back_to_a_template_that_serves_the_failed_version_too() {
-    let mut w = World::soaked_at("v1", 300);
-    w.bump_to_soaking("v2");
-    w.now += 60;
-    w.crashing_pod("svc-new-1", 1, "Killed");
-    w.reconcile();
-    assert_eq!(w.status().rollback_request.as_deref(), Some("automatic:v1"));
+    let mut w = World::soak_failed();
     assert_eq!(w.cm_version(), "v1");
     assert_eq!(
         served_of(w.dep()),
@@ -446,12 +453,7 @@ fn a_scale_up_pod_that_never_warms_fails_the_soak() {
 
 #[test]
 fn git_put_back_on_the_version_a_soak_failure_restored_is_soaked_at_once() {
-    let mut w = World::soaked_at("v1", 300);
-    w.bump_to_soaking("v2");
-    w.now += 60;
-    w.crashing_pod("svc-new-1", 1, "Killed");
-    w.reconcile();
-    assert_eq!(w.status().rollback_request.as_deref(), Some("automatic:v1"));
+    let mut w = World::soak_failed();
     w.pods.clear();
     w.pods_ready();
     w.now += 10;
@@ -465,4 +467,27 @@ fn git_put_back_on_the_version_a_soak_failure_restored_is_soaked_at_once() {
         "v1 soaked before: no second soak of 300 s (docs/fleet.md)"
     );
     assert_eq!(w.status().phase, Some(Phase::Ready));
+}
+
+#[test]
+fn pods_the_quality_gate_failed_served_nobody_and_a_rollback_does_not_serve_their_version() {
+    let mut w = World::ready_at("v1");
+    w.upgrade("v2");
+    w.set_version("v3");
+    w.now += 10;
+    w.reconcile();
+    w.judged_pod(
+        "svc-v3-a",
+        false,
+        "DATE recall 0.00 is below 1.00 (minRecall)",
+    );
+    w.annotate_rollback(Some("v2"));
+    w.now += 10;
+    w.reconcile();
+    assert_eq!(w.status().rollback_request.as_deref(), Some("manual:v2"));
+    assert_eq!(
+        served_of(w.dep()),
+        ["v2", "v1"],
+        "v2's own template: v3's pods were never Ready, and v1's clients keep their answers"
+    );
 }
