@@ -216,6 +216,16 @@ impl Run {
         format!("{prefix}-{}", self.tokens)
     }
 
+    /// Sets `annotation` to a value it never had; the value.
+    fn annotate_anew(&mut self, annotation: &str, prefix: &str) -> String {
+        let value = self.token(prefix);
+        self.w
+            .resource
+            .annotations
+            .insert(annotation.into(), value.clone());
+        value
+    }
+
     fn soak_running(&self) -> bool {
         let s = self.w.status();
         s.phase == Some(Phase::Ready)
@@ -281,28 +291,17 @@ impl Run {
                 w.set_spec(spec);
             }
             Action::AbortCanary => {
-                let t = self.token("abort");
-                self.w
-                    .resource
-                    .annotations
-                    .insert(CANARY_ABORT_ANNOTATION.into(), t);
+                self.annotate_anew(CANARY_ABORT_ANNOTATION, "abort");
             }
             Action::SoakAbort => {
-                let t = self.token("soak-abort");
-                if !self.soak_running() {
-                    self.idle_soak_aborts.push(t.clone());
+                let idle = !self.soak_running();
+                let value = self.annotate_anew(SOAK_ABORT_ANNOTATION, "soak-abort");
+                if idle {
+                    self.idle_soak_aborts.push(value);
                 }
-                self.w
-                    .resource
-                    .annotations
-                    .insert(SOAK_ABORT_ANNOTATION.into(), t);
             }
             Action::Promote => {
-                let t = self.token("promote");
-                self.w
-                    .resource
-                    .annotations
-                    .insert(CANARY_PROMOTE_ANNOTATION.into(), t);
+                self.annotate_anew(CANARY_PROMOTE_ANNOTATION, "promote");
             }
             Action::RollbackTo(i) => w.annotate_rollback(Some(VERSIONS[*i])),
             Action::ClearRollback => w.annotate_rollback(None),
