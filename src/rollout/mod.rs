@@ -947,11 +947,11 @@ impl<'a> Step<'a> {
         match (mode, progress) {
             (_, Progress::Paused) => self.paused(&wanted.deployment.name),
             (Mode::Forward, Progress::Complete) if phase == Some(Phase::Ready) => {
-                self.ready(desired, wanted, target, Ok(()))
+                self.ready(desired, wanted, target, true)
             }
             (Mode::Forward, Progress::Complete) => self.succeeded(Mode::Forward, wanted, target),
             (Mode::Forward, Progress::Failed { reason, message }) => match phase {
-                Some(Phase::Ready) => self.ready(desired, wanted, target, Err(Some(message))),
+                Some(Phase::Ready) => self.ready(desired, wanted, target, false),
                 Some(Phase::Failed) => {}
                 _ => {
                     // The controller's words, and the service's own.
@@ -972,7 +972,7 @@ impl<'a> Step<'a> {
                 self.failed(desired, wanted, target, why, &message)
             }
             (Mode::Forward, Progress::InProgress | Progress::NotObserved) => match phase {
-                Some(Phase::Ready) => self.ready(desired, wanted, target, Err(None)),
+                Some(Phase::Ready) => self.ready(desired, wanted, target, false),
                 Some(Phase::Failed) => {}
                 _ => {
                     self.status.phase = Some(Phase::RollingOut);

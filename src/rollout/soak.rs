@@ -249,14 +249,14 @@ impl Step<'_> {
 
     /// A Ready resource: while its version soaks, the soak is judged (and
     /// a failure rolls back as a failed rollout does); else how well it
-    /// is served. `progress` is the Deployment's: complete, still moving
-    /// (`Err(None)`), or past its deadline (`Err(Some(words))`).
+    /// is served. `complete`: the Deployment has every pod of the
+    /// template available (its own verdict on a scale is not the version's).
     pub(super) fn ready(
         &mut self,
         desired: &Plan,
         wanted: &Plan,
         target: &Deployment,
-        progress: Result<(), Option<String>>,
+        complete: bool,
     ) {
         let running = self
             .status
@@ -299,7 +299,7 @@ impl Step<'_> {
                 started,
                 ends: soak.end_time.0.as_second(),
                 now: self.obs.now.0.as_second(),
-                complete: progress.is_ok(),
+                complete,
                 deadline: i64::from(wanted.normalized.rollout_strategy.progress_deadline_seconds),
                 quality_failure,
                 abort: abort.map(String::as_str),
