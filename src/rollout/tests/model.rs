@@ -35,7 +35,7 @@ const VERSIONS: [&str; 5] = ["v1", "v2", "v3", "v4", "v5"];
 /// `CI_BUDGET` is spent.
 const CI_CASES: u32 = 3000;
 const CI_MIN_CASES: u32 = 300;
-const CI_BUDGET: std::time::Duration = std::time::Duration::from_secs(150);
+const CI_BUDGET: std::time::Duration = std::time::Duration::from_secs(120);
 /// Sequences per seed.
 const BATCH: u32 = 100;
 
@@ -577,42 +577,76 @@ fn every_feature_at_once_keeps_the_invariants() {
     };
     // Batches of sequences, each with a seed of its own, until the count
     // or (without MODEL_CASES) CI's time budget is spent: the budget
-    // bounds the test, never its verdict.
+    // bounds the test, never its verdict. One worker per core takes the
+    // next batch (seed first_seed + its index), so a replay runs the same
+    // batches whichever worker ran them.
     let (total, budget) = match exact {
         Some(cases) => (cases, None),
         None => (CI_CASES, Some(CI_BUDGET)),
     };
     let started = std::time::Instant::now();
+    let next_batch = std::sync::atomic::AtomicU32::new(0);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let results: Vec<Result<u32, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut ran = 0;
+                    loop {
+                        let batch = next_batch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let first = batch.saturating_mul(BATCH);
+                        let out_of_time = budget
+                            .is_some_and(|b| first >= CI_MIN_CASES && started.elapsed() >= b);
+                        if first >= total || out_of_time {
+                            return Ok(ran);
+                        }
+                        let seed = first_seed.wrapping_add(u64::from(batch));
+                        let cases = BATCH.min(total - first);
+                        run_batch(seed, cases).map_err(|e| {
+                            format!(
+                                "batch {batch}: {e}\nreplay: PROPTEST_RNG_SEED={seed} MODEL_CASES={cases} cargo test --lib -- rollout::tests::model"
+                            )
+                        })?;
+                        ran += cases;
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a worker panicked".to_owned())))
+            .collect()
+    });
     let mut ran = 0;
-    let mut batch = 0u64;
-    while ran < total && budget.is_none_or(|b| ran < CI_MIN_CASES || started.elapsed() < b) {
-        let seed = first_seed.wrapping_add(batch);
-        let cases = BATCH.min(total - ran);
-        let config = Config {
-            cases,
-            rng_seed: RngSeed::Fixed(seed),
-            failure_persistence: None,
-            max_shrink_iters: 4096,
-            ..Config::default()
-        };
-        let strategy = (
-            [kind(), kind(), kind(), kind()],
-            prop::collection::vec(action(), 1..48),
-        );
-        let result =
-            TestRunner::new(config).run(&strategy, |(kinds, actions)| run(kinds, &actions));
-        if let Err(e) = result {
-            panic!(
-                "after {ran} sequences: {e}\nreplay: PROPTEST_RNG_SEED={seed} MODEL_CASES={cases} cargo test --lib -- rollout::tests::model"
-            );
+    for result in results {
+        match result {
+            Ok(n) => ran += n,
+            Err(e) => panic!("{e}"),
         }
-        ran += cases;
-        batch += 1;
     }
     println!(
-        "model-based test: {ran} sequences in {:.0?}, first seed {first_seed}, every invariant held",
+        "model-based test: {ran} sequences in {:.0?} on {workers} threads, first seed {first_seed}, every invariant held",
         started.elapsed()
     );
+}
+
+/// One batch: `cases` sequences from `seed`, shrunk to the shortest on
+/// failure.
+fn run_batch(seed: u64, cases: u32) -> Result<(), String> {
+    let config = Config {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        failure_persistence: None,
+        max_shrink_iters: 4096,
+        ..Config::default()
+    };
+    let strategy = (
+        [kind(), kind(), kind(), kind()],
+        prop::collection::vec(action(), 1..48),
+    );
+    TestRunner::new(config)
+        .run(&strategy, |(kinds, actions)| run(kinds, &actions))
+        .map_err(|e| e.to_string())
 }
 
 // ---- the sequences it found, shrunk, kept ----
