@@ -614,7 +614,10 @@ fn every_feature_at_once_keeps_the_invariants() {
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a worker panicked".to_owned())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a worker panicked".to_owned()))
+            })
             .collect()
     });
     let mut ran = 0;
