@@ -7,6 +7,7 @@ mod crd;
 pub mod endpoints;
 pub mod names;
 pub mod quality;
+pub mod reference;
 pub mod rules;
 mod types;
 mod validate;
