@@ -128,6 +128,19 @@ pub fn resolve(docs: &[Document], default_namespace: &str) -> Resolved {
 pub fn resolve_each(
     docs: &[Document],
     default_namespace: &str,
+    keep: impl FnMut(Model),
+) -> Vec<Finding> {
+    resolve_each_running(docs, default_namespace, &HashMap::new(), keep)
+}
+
+/// [`resolve_each`] for a cluster known to run `running`'s versions
+/// (`namespace/name` to the version its pods serve, as at the base of a
+/// change): each served set then keeps the running version beside the
+/// new one, as the operator writes it for a bump.
+pub fn resolve_each_running(
+    docs: &[Document],
+    default_namespace: &str,
+    running: &HashMap<String, String>,
     mut keep: impl FnMut(Model),
 ) -> Vec<Finding> {
     let index = Index::build(docs, default_namespace);
@@ -269,13 +282,17 @@ pub fn resolve_each(
                 ok = false;
             }
         }
-        let pointer_version = config_map_doc.and_then(|c| {
-            docs[c]
-                .value
-                .pointer("/data")
-                .and_then(|d| d.get(api::names::PRELOAD_ENV))
-                .and_then(Value::as_str)
-        });
+        // What the pods preload now: the pointer ConfigMap rendered into
+        // the input, else the version the cluster is known to run.
+        let pointer_version = config_map_doc
+            .and_then(|c| {
+                docs[c]
+                    .value
+                    .pointer("/data")
+                    .and_then(|d| d.get(api::names::PRELOAD_ENV))
+                    .and_then(Value::as_str)
+            })
+            .or_else(|| running.get(&display).map(String::as_str));
         let mut plan = plan;
         if let Some(t) = target_doc
             && let Some(finding) = serve(&docs[t], &mut plan, pointer_version, &display)

@@ -1395,6 +1395,19 @@ fn with_base_a_fleet_shows_what_the_change_does_wave_by_wave() {
             "{field}: {text}"
         );
     }
+    // The new pods serve the version the cluster runs at BASE beside the
+    // new one, as the operator writes them for a bump (docs/concepts.md,
+    // what clients send): a preview that dropped it would show clients of
+    // v1 refused where the operator keeps them served.
+    let served = lines
+        .iter()
+        .find(|l| l.starts_with("  OPENMED_SERVICE_SERVED_MODELS"))
+        .unwrap_or_else(|| panic!("no served set: {text}"));
+    let after = served.split(" -> ").nth(1).unwrap();
+    assert!(
+        after.starts_with("OpenMed/synthetic-pii-v2,OpenMed/synthetic-pii-v1,"),
+        "{served}"
+    );
     // The hospitals lag: they change nothing yet.
     let rest = &text[text.find("# wave 2 of 3").expect("wave 2")..];
     assert_eq!(

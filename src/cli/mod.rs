@@ -8,6 +8,7 @@ mod reference;
 mod status;
 mod watch;
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +62,13 @@ refused."
     };
 }
 
+#[derive(Debug, clap::Args)]
+struct CrdArgs {
+    /// Print the field reference in Markdown instead of the CRD.
+    #[arg(long)]
+    reference: bool,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the OpenMedModel CustomResourceDefinition generated from the code.
@@ -68,7 +76,10 @@ enum Command {
     /// The output equals crds/openmedmodel.yaml. Install it with:
     ///
     ///   openmed-op crd | kubectl apply --server-side -f -
-    Crd,
+    ///
+    /// With --reference, every field of the resource in Markdown instead
+    /// (docs/reference.md): type, bounds, default, description and rules.
+    Crd(CrdArgs),
 
     /// Show offline exactly what the operator would write.
     ///
@@ -117,7 +128,8 @@ input or malformed YAML.")]
     ///      behind (StaleRollbackAnnotation), a deleted OpenMedModel
     ///      (ModelDeleted), a moving version such as :latest or @main
     ///      (MutableVersion), a pointer the OpenMed service would refuse
-    ///      (NotAServiceModelId), a new targetRef (TargetChanged);
+    ///      (NotAServiceModelId: an error for a revision or digest, with
+    ///      `:`, `@`, `+` or `~`), a new targetRef (TargetChanged);
     ///   7. with --status, after an automatic rollback, the one-line change
     ///      that makes Git agree with the cluster (GitBehindRollback);
     ///   8. in a fleet (openmed-fleet.yaml at the root), each cluster's
@@ -607,7 +619,10 @@ pub fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     ExitCode::from(match cli.command {
-        Command::Crd => exit_after(print(&crate::api::crd_yaml()), EXIT_OK),
+        Command::Crd(args) if args.reference => {
+            exit_after(print(&crate::api::reference::markdown()), EXIT_OK)
+        }
+        Command::Crd(_) => exit_after(print(&crate::api::crd_yaml()), EXIT_OK),
         Command::Render(args) if args.watch => {
             let inputs = args.inputs.clone();
             match watch::watch(&inputs, || {
@@ -1169,10 +1184,11 @@ fn render_changes(args: &RenderArgs, base: &str) -> u8 {
                 }
             }
         }
-        let rows = |docs: &[source::Document]| {
-            render::render(docs, &args.namespace, render::MissingTarget::Patch).map(|r| r.rows)
+        let rows = |docs: &[source::Document], running: &HashMap<String, String>| {
+            render::render_running(docs, &args.namespace, render::MissingTarget::Patch, running)
+                .map(|r| r.rows)
         };
-        let before = match rows(&then) {
+        let before = match rows(&then, &HashMap::new()) {
             Ok(rows) => rows,
             Err(findings) => {
                 eprintln!("openmed-op: at {base}, the inputs do not render:");
@@ -1180,7 +1196,13 @@ fn render_changes(args: &RenderArgs, base: &str) -> u8 {
                 return EXIT_FINDINGS;
             }
         };
-        let after = match rows(&now) {
+        // The cluster runs what BASE asks for: a bump's new pods serve that
+        // version beside the new one, as the operator writes them.
+        let running: HashMap<String, String> = before
+            .iter()
+            .map(|row| (row.resource.clone(), row.version.clone()))
+            .collect();
+        let after = match rows(&now, &running) {
             Ok(rows) => rows,
             Err(findings) => {
                 report(&findings);

@@ -185,6 +185,18 @@ pub fn render<'a>(
     default_namespace: &str,
     missing: MissingTarget,
 ) -> Result<Rendered<'a>, Vec<Finding>> {
+    render_running(docs, default_namespace, missing, &HashMap::new())
+}
+
+/// [`render`] for a cluster known to run `running`'s versions
+/// (`namespace/name` to version): what `render --base` shows for the
+/// change, whose served sets keep the version the base runs.
+pub fn render_running<'a>(
+    docs: &'a [Document],
+    default_namespace: &str,
+    missing: MissingTarget,
+    running: &HashMap<String, String>,
+) -> Result<Rendered<'a>, Vec<Finding>> {
     // One entry per OpenMedModel at most: sized once, never regrown.
     let models = docs.iter().filter(|d| manifests::is_model(d)).count();
     let mut planned = Vec::with_capacity(models);
@@ -192,7 +204,7 @@ pub fn render<'a>(
     let mut rows = Vec::with_capacity(models);
     let mut notes = Vec::new();
     let mut canaries = Vec::new();
-    let findings = manifests::resolve_each(docs, default_namespace, |model| {
+    let findings = manifests::resolve_each_running(docs, default_namespace, running, |model| {
         rows.push(SummaryRow {
             resource: model.id.key(),
             target: format!(
