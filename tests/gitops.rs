@@ -560,11 +560,27 @@ fn the_argo_cd_component_adds_the_health_check_and_the_plugin_sidecar() {
 }
 
 #[test]
-fn the_argo_cd_plugin_commands_discover_and_render_an_application() {
+fn the_argo_cd_plugin_is_opt_in_and_generates_what_render_writes() {
     let plugin: Value = serde_yaml::from_str(
         &std::fs::read_to_string(root().join("deploy/argocd/cmp/plugin.yaml")).unwrap(),
     )
     .unwrap();
+    // No discovery rule: Argo CD uses the plugin only for an Application
+    // that names it (openmed-op-v1), never for one whose Deployment the
+    // operator writes.
+    assert!(
+        plugin["spec"].get("discover").is_none(),
+        "the plugin claims no application by itself"
+    );
+    assert_eq!(
+        format!(
+            "{}-{}",
+            plugin["metadata"]["name"].as_str().unwrap(),
+            plugin["spec"]["version"].as_str().unwrap()
+        ),
+        "openmed-op-v1",
+        "the name docs/gitops.md tells an Application to use"
+    );
     let package = example_package();
     let bin = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(
@@ -577,27 +593,19 @@ fn the_argo_cd_plugin_commands_discover_and_render_an_application() {
         bin.path().display(),
         std::env::var("PATH").unwrap()
     );
-    let sh = |command: &Value| {
-        let args: Vec<&str> = command
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
-        Command::new(args[0])
-            .args(&args[1..])
-            .current_dir(package.path())
-            .env("PATH", &path)
-            .env("ARGOCD_APP_NAMESPACE", "openmed")
-            .output()
-            .unwrap()
-    };
-    let found = sh(&plugin["spec"]["discover"]["find"]["command"]);
-    assert!(
-        !text(&found.stdout).trim().is_empty(),
-        "the application is discovered"
-    );
-    let generated = sh(&plugin["spec"]["generate"]["command"]);
+    let args: Vec<&str> = plugin["spec"]["generate"]["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let generated = Command::new(args[0])
+        .args(&args[1..])
+        .current_dir(package.path())
+        .env("PATH", &path)
+        .env("ARGOCD_APP_NAMESPACE", "openmed")
+        .output()
+        .unwrap();
     assert!(generated.status.success(), "{}", text(&generated.stderr));
     let rendered = run(
         env!("CARGO_BIN_EXE_openmed-op"),
@@ -610,132 +618,254 @@ fn the_argo_cd_plugin_commands_discover_and_render_an_application() {
         text(&rendered.stdout),
         "generate is render"
     );
-    let elsewhere = tempfile::tempdir().unwrap();
-    std::fs::write(
-        elsewhere.path().join("app.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
-    )
-    .unwrap();
-    let args: Vec<String> = plugin["spec"]["discover"]["find"]["command"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_owned())
-        .collect();
-    let other = Command::new(&args[0])
-        .args(&args[1..])
-        .current_dir(elsewhere.path())
-        .output()
-        .unwrap();
-    assert!(
-        text(&other.stdout).trim().is_empty(),
-        "other applications are left to other tools"
-    );
 }
 
 // ---- the CI recipe ----
 
-#[test]
-fn the_ci_render_diff_shows_what_a_version_bump_changes() {
-    let repo = tempfile::tempdir().unwrap();
-    let git = |args: &[&str]| {
+/// A models repository as a user has it: `examples/openmed` under
+/// `models/` and the CI example under `.github/workflows/`, on `main` in
+/// a repository cloned from an `origin`, with a pull request's branch.
+struct ModelsRepo {
+    dir: tempfile::TempDir,
+}
+
+impl ModelsRepo {
+    fn new() -> ModelsRepo {
+        let dir = tempfile::tempdir().unwrap();
+        let origin = dir.path().join("origin");
+        std::fs::create_dir_all(origin.join("models")).unwrap();
+        std::fs::create_dir_all(origin.join(".github/workflows")).unwrap();
+        for file in ["openmed-service.yaml", "openmedmodel.yaml"] {
+            std::fs::copy(
+                root().join("examples/openmed").join(file),
+                origin.join("models").join(file),
+            )
+            .unwrap();
+        }
+        std::fs::copy(
+            root().join("examples/ci/openmed-op.yml"),
+            origin.join(".github/workflows/openmed-op.yml"),
+        )
+        .unwrap();
+        let repo = ModelsRepo { dir };
+        repo.git(&origin, &["init", "-q", "-b", "main"]);
+        repo.git(&origin, &["add", "."]);
+        repo.git(&origin, &["commit", "-qm", "the models"]);
+        repo.git(dir_of(&repo), &["clone", "-q", "origin", "work"]);
+        repo
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    fn git(&self, dir: &Path, args: &[&str]) {
         let out = Command::new("git")
             .args(["-c", "user.email=ci@example.org", "-c", "user.name=ci"])
             .args(args)
-            .current_dir(repo.path())
+            .current_dir(dir)
             .output()
             .unwrap();
         assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
-    };
-    git(&["init", "-q"]);
-    for file in ["openmed-service.yaml", "openmedmodel.yaml"] {
-        std::fs::copy(
-            root().join("examples/openmed").join(file),
-            repo.path().join(file),
-        )
-        .unwrap();
     }
-    git(&["add", "."]);
-    git(&["commit", "-qm", "v1"]);
-    let model = repo.path().join("openmedmodel.yaml");
-    std::fs::write(
-        &model,
-        std::fs::read_to_string(&model)
-            .unwrap()
-            .replace("synthetic-pii-v1", "synthetic-pii-v2"),
-    )
-    .unwrap();
-    git(&["commit", "-qam", "v2"]);
-    let bin = Path::new(env!("CARGO_BIN_EXE_openmed-op"))
-        .parent()
-        .unwrap()
-        .to_owned();
-    let out = Command::new(root().join("examples/ci/render-diff"))
-        .args(["HEAD~1", "HEAD"])
-        .current_dir(repo.path())
-        .env(
-            "PATH",
-            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-        )
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "differences: {}",
-        text(&out.stderr)
-    );
-    let diff = text(&out.stdout);
-    let vectors = |name: &str| -> Value {
-        serde_json::from_str(
-            &std::fs::read_to_string(root().join("tests/vectors").join(name)).unwrap(),
-        )
-        .unwrap()
-    };
-    let (v1, v2) = (vectors("basic-v1.json"), vectors("basic-v2.json"));
-    assert!(
-        diff.contains(&format!(
-            "-        openmed.ai/model-manifest-hash: {}",
-            v1["manifestHash"].as_str().unwrap()
-        )),
-        "{diff}"
-    );
-    assert!(
-        diff.contains(&format!(
-            "+        openmed.ai/model-manifest-hash: {}",
-            v2["manifestHash"].as_str().unwrap()
-        )),
-        "{diff}"
-    );
-    assert!(
-        diff.contains("+  OPENMED_SERVICE_PRELOAD_MODELS: OpenMed/synthetic-pii-v2"),
-        "{diff}"
-    );
-    let same = Command::new(root().join("examples/ci/render-diff"))
-        .args(["HEAD", "HEAD"])
-        .current_dir(repo.path())
-        .env(
-            "PATH",
-            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
-        )
-        .output()
-        .unwrap();
-    assert_eq!(same.status.code(), Some(0));
+
+    /// A pull request's branch: `edit` applied to `models/openmedmodel.yaml`.
+    fn pull_request(&self, branch: &str, edit: impl Fn(&str) -> String) {
+        let work = self.work();
+        self.git(&work, &["checkout", "-q", "-B", branch, "origin/main"]);
+        let model = work.join("models/openmedmodel.yaml");
+        let edited = edit(&std::fs::read_to_string(&model).unwrap());
+        std::fs::write(&model, edited).unwrap();
+        self.git(&work, &["commit", "-qam", branch]);
+    }
 }
 
-#[test]
-fn the_example_workflow_and_flux_kustomization_are_well_formed() {
+fn dir_of(repo: &ModelsRepo) -> &Path {
+    repo.dir.path()
+}
+
+/// What one run of the workflow did.
+struct WorkflowRun {
+    /// Each `run:` step's name, exit status and output.
+    steps: Vec<(String, i32, String)>,
+    /// The body of each `gh pr comment`, with its arguments.
+    comments: Vec<(String, String)>,
+}
+
+/// Runs the `run:` steps of `examples/ci/openmed-op.yml` as GitHub Actions
+/// runs them (`bash -e`, the workflow's and the step's `env`, one shared
+/// work tree), in order, for pull request 7 into `main`. The `uses:` steps
+/// are the checkout (the work tree is already the pull request's) and the
+/// cache, whose hit this run stands for: openmed-op is on PATH (the binary
+/// under test), so the install step only checks it. `gh` is a stand-in
+/// that records the comment it would post. `if: always()` steps run after
+/// a failure, the others stop.
+fn run_workflow(repo: &ModelsRepo) -> WorkflowRun {
     let workflow: Value = serde_yaml::from_str(
         &std::fs::read_to_string(root().join("examples/ci/openmed-op.yml")).unwrap(),
     )
     .unwrap();
-    let steps = workflow["jobs"]["openmed-op"]["steps"].as_array().unwrap();
-    let runs: Vec<&str> = steps.iter().filter_map(|s| s["run"].as_str()).collect();
-    assert!(
-        runs.iter()
-            .any(|r| r.contains("openmed-op verify") && r.contains("--format github"))
+    let shims = repo.dir.path().join("bin");
+    std::fs::create_dir_all(&shims).unwrap();
+    let comments = repo.dir.path().join("comments");
+    std::fs::create_dir_all(&comments).unwrap();
+    let gh = shims.join("gh");
+    std::fs::write(
+        &gh,
+        format!(
+            "#!/usr/bin/env bash\nset -eu\n[ \"$1 $2\" = \"pr comment\" ] && [ \"$4\" = --body-file ] && [ \"$GH_TOKEN\" = test-token ] || {{ echo \"gh stand-in: unexpected $*\" >&2; exit 2; }}\nn=$(ls {dir} | wc -l)\nprintf '%s\\n' \"$*\" > {dir}/$n.args\ncp \"$5\" {dir}/$n.body\n",
+            dir = comments.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&gh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_openmed-op"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}:{}",
+        shims.display(),
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
     );
-    assert!(runs.iter().any(|r| r.contains("examples/ci/render-diff")));
+    let expression = |value: &str| {
+        value
+            .replace("${{ github.token }}", "test-token")
+            .replace("${{ github.event.pull_request.number }}", "7")
+    };
+    let mut env: Vec<(String, String)> = Vec::new();
+    if let Some(vars) = workflow["env"].as_object() {
+        for (k, v) in vars {
+            env.push((k.clone(), expression(v.as_str().unwrap())));
+        }
+    }
+    let mut steps = Vec::new();
+    let mut failed = false;
+    for step in workflow["jobs"]["openmed-op"]["steps"].as_array().unwrap() {
+        let Some(script) = step["run"].as_str() else {
+            continue;
+        };
+        if failed && step["if"].as_str() != Some("always()") {
+            continue;
+        }
+        let mut command = Command::new("bash");
+        command
+            .args(["--noprofile", "--norc", "-e", "-c", script])
+            .current_dir(repo.work())
+            .env("PATH", &path)
+            .env("GITHUB_BASE_REF", "main")
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        if let Some(vars) = step["env"].as_object() {
+            for (k, v) in vars {
+                command.env(k, expression(v.as_str().unwrap()));
+            }
+        }
+        let out = command.output().unwrap();
+        let status = out.status.code().unwrap_or(-1);
+        failed |= status != 0;
+        steps.push((
+            step["name"].as_str().unwrap_or_default().to_owned(),
+            status,
+            format!("{}{}", text(&out.stdout), text(&out.stderr)),
+        ));
+    }
+    let mut posted: Vec<_> = std::fs::read_dir(&comments)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "body"))
+        .collect();
+    posted.sort();
+    let comments = posted
+        .iter()
+        .map(|body| {
+            (
+                std::fs::read_to_string(body.with_extension("args")).unwrap(),
+                std::fs::read_to_string(body).unwrap(),
+            )
+        })
+        .collect();
+    WorkflowRun { steps, comments }
+}
+
+/// The block of docs/gitops.md that shows the example's comment.
+fn documented_comment() -> String {
+    let doc = std::fs::read_to_string(root().join("docs/gitops.md")).unwrap();
+    let section = &doc[doc.find("## The pull-request check").unwrap()..];
+    let start = section
+        .find("````markdown\n")
+        .expect("a ````markdown block")
+        + "````markdown\n".len();
+    let end = start + section[start..].find("\n````").unwrap();
+    section[start..end].to_owned() + "\n"
+}
+
+#[test]
+fn the_ci_example_runs_as_written_and_comments_what_a_bump_does() {
+    let repo = ModelsRepo::new();
+    repo.pull_request("bump", |t| {
+        t.replace("synthetic-pii-v1", "synthetic-pii-v2")
+    });
+    let run = run_workflow(&repo);
+    let names: Vec<&str> = run.steps.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["Install openmed-op", "Verify", "What the change does"],
+        "{:#?}",
+        run.steps
+    );
+    for (name, status, output) in &run.steps {
+        assert_eq!(*status, 0, "{name}: {output}");
+    }
+    assert_eq!(run.comments.len(), 1, "one comment: {:#?}", run.steps);
+    let (args, body) = &run.comments[0];
+    assert_eq!(args, "pr comment 7 --body-file comment.md\n");
+    assert_eq!(
+        *body,
+        documented_comment(),
+        "docs/gitops.md shows the comment the example posts for this bump"
+    );
+}
+
+#[test]
+fn the_ci_example_fails_a_rollback_to_a_version_never_retained_and_stays_quiet_on_no_change() {
+    let repo = ModelsRepo::new();
+    repo.pull_request("rollback", |t| {
+        t.replace(
+            "metadata:\n",
+            "metadata:\n  annotations:\n    openmed.ai/rollback-to: OpenMed/synthetic-pii-v0\n",
+        )
+    });
+    let run = run_workflow(&repo);
+    let verify = run.steps.iter().find(|(n, _, _)| n == "Verify").unwrap();
+    assert_eq!(verify.1, 1, "{}", verify.2);
+    assert!(
+        verify.2.contains("::error ") && verify.2.contains("RollbackNotRetained"),
+        "an annotation on the diff: {}",
+        verify.2
+    );
+    assert!(
+        run.steps
+            .iter()
+            .any(|(n, s, _)| n == "What the change does" && *s == 0),
+        "the render step runs after a failure (if: always()): {:#?}",
+        run.steps
+    );
+
+    let quiet = ModelsRepo::new();
+    quiet.pull_request("comment-only", |t| format!("# reviewed\n{t}"));
+    let run = run_workflow(&quiet);
+    assert!(
+        run.steps.iter().all(|(_, s, _)| *s == 0),
+        "{:#?}",
+        run.steps
+    );
+    assert!(run.comments.is_empty(), "nothing changed, nothing posted");
+}
+
+#[test]
+fn the_flux_example_is_well_formed() {
     // The Flux objects the end-to-end tests adapt (tests/e2e/flux.rs).
     let flux =
         docs(&std::fs::read_to_string(root().join("examples/flux/flux-system.yaml")).unwrap());
