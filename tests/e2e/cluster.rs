@@ -501,12 +501,12 @@ fn the_example_deployment_becomes_available() {
         apply_yaml(&client, Some(&ns.name), &docs, "e2e").await;
         let api: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
         wait_until(
-            "the example Deployment to become Available with 2 ready pods",
+            "the example Deployment to become Available with its one ready pod (the model, not the Deployment in Git, says how many)",
             Duration::from_secs(60),
             || async { api.get("openmed-service").await.ok().and_then(|d| d.status) },
             |s| {
                 s.as_ref().is_some_and(|s| {
-                    s.ready_replicas == Some(2)
+                    s.ready_replicas == Some(1)
                         && s.conditions
                             .iter()
                             .flatten()
