@@ -651,7 +651,7 @@ impl ModelsRepo {
         repo.git(&origin, &["init", "-q", "-b", "main"]);
         repo.git(&origin, &["add", "."]);
         repo.git(&origin, &["commit", "-qm", "the models"]);
-        repo.git(dir_of(&repo), &["clone", "-q", "origin", "work"]);
+        repo.git(repo.dir.path(), &["clone", "-q", "origin", "work"]);
         repo
     }
 
@@ -678,10 +678,6 @@ impl ModelsRepo {
         std::fs::write(&model, edited).unwrap();
         self.git(&work, &["commit", "-qam", branch]);
     }
-}
-
-fn dir_of(repo: &ModelsRepo) -> &Path {
-    repo.dir.path()
 }
 
 /// What one run of the workflow did.
