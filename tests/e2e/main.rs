@@ -14,6 +14,11 @@ mod autoscaling;
 mod canary;
 mod cluster;
 mod deploy;
+// Shared with the offline tier of the documents' blocks.
+#[allow(dead_code)]
+#[path = "../doc_blocks/mod.rs"]
+mod doc_blocks;
+mod docs;
 mod env;
 mod faults;
 mod flux;
@@ -58,6 +63,7 @@ fn main() {
     trials.extend(kubelet::trials());
     trials.extend(soak::trials());
     trials.extend(autoscaling::trials());
+    trials.extend(docs::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && support::start_cluster();
     let conclusion = libtest_mimic::run(&args, trials);

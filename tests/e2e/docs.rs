@@ -1,0 +1,89 @@
+//! The documents' shell blocks that need a cluster (marked
+//! `<!-- run: cluster -->`), run on the control plane as the pages print
+//! them, after the cluster has done what the page says it did: the model
+//! `openmed-service`, Ready on v2, was bumped to a v3 that never warms and
+//! rolled back. The blocks of each document run in order, in a models
+//! repository whose `main` moved it from v2 to v3 (`tests/doc_blocks`),
+//! with this test's operator, `openmed-op` and kubectl on PATH. The
+//! namespace and version names are the test's own (so no other test's
+//! pods see them) and are read back as the page's, `openmed` and
+//! `OpenMed/synthetic-pii-vN`, before the output is compared.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use crate::doc_blocks::{self, Marker, PullRequest, Shell};
+use crate::env::*;
+use crate::support::*;
+use crate::trial;
+
+/// The sandbox name the pages use for these blocks.
+const SANDBOX: &str = "cluster";
+
+pub fn trials() -> Vec<libtest_mimic::Trial> {
+    vec![trial(
+        "docs::the_blocks_that_need_a_cluster_do_what_the_pages_print",
+        the_blocks_that_need_a_cluster_do_what_the_pages_print,
+    )]
+}
+
+fn the_blocks_that_need_a_cluster_do_what_the_pages_print() {
+    block_on(async {
+        let env = Env::new("docs").await;
+        let name = "openmed-service";
+        let (v2, v3) = (
+            env.version("synthetic-pii-v2"),
+            env.version("synthetic-pii-v3"),
+        );
+        mark_unready(&env.client, &[&v3]).await;
+        env.apply(&deployment_yaml(name, "openmed-service", "boot"))
+            .await;
+        env.apply(&model_yaml(
+            name,
+            &v2,
+            "  rolloutStrategy:\n    progressDeadlineSeconds: 8\n",
+        ))
+        .await;
+        env.wait_ready(name, &v2).await;
+        env.set_spec(name, json!({"version": v3})).await;
+        env.wait_rolled_back(name).await;
+
+        let ns = env.ns.name.clone();
+        let local = |text: &str| text.replace(&format!("-{ns}"), "").replace(&ns, "openmed");
+        let shell = Shell {
+            path: vec![
+                PathBuf::from(binary()).parent().unwrap().to_path_buf(),
+                kubectl_binary().parent().unwrap().to_path_buf(),
+            ],
+            kubeconfig: Some(kubeconfig()),
+        };
+        let mut ran = 0;
+        let mut failures = Vec::new();
+        for doc in doc_blocks::documents() {
+            let blocks: Vec<_> = doc_blocks::blocks(&doc)
+                .into_iter()
+                .filter(|b| b.marker == Marker::Run(SANDBOX.to_owned()))
+                .collect();
+            if blocks.is_empty() {
+                continue;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            doc_blocks::verify_repository(dir.path(), &ns, &|v| env.version(v), PullRequest::Notes);
+            for block in blocks {
+                ran += 1;
+                let failed = if block.lang == "console" {
+                    shell.transcript(dir.path(), &block, &local)
+                } else {
+                    shell.script(dir.path(), &block)
+                };
+                if let Some(failed) = failed {
+                    failures.push(format!("{}:\n{failed}", block.at()));
+                }
+            }
+        }
+        assert!(ran > 0, "no block is marked <!-- run: {SANDBOX} -->");
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        env.finish().await;
+    });
+}
