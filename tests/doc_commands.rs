@@ -195,16 +195,6 @@ const NOT_YET_RUN: &[(&str, &str, &str)] = &[
     ),
     (
         "docs/operations.md",
-        "kubectl get configmap -l",
-        "a model's ConfigMaps on the control plane",
-    ),
-    (
-        "docs/operations.md",
-        "kubectl openmed status svc",
-        "a model's Events on the control plane",
-    ),
-    (
-        "docs/operations.md",
         "kubectl openmed completions bash",
         "a sandbox for the folders it writes to",
     ),
@@ -212,11 +202,6 @@ const NOT_YET_RUN: &[(&str, &str, &str)] = &[
         "docs/operations.md",
         "kubectl apply -k deploy/monitoring",
         "the Prometheus Operator's CRDs on the control plane",
-    ),
-    (
-        "docs/operations.md",
-        "kubectl describe omm",
-        "names for its placeholders, and a model on the control plane",
     ),
     (
         "docs/quality.md",

@@ -4,7 +4,8 @@
 //! `openmed-service`, Ready on v2, was bumped to a v3 that never warms and
 //! rolled back. The blocks of each document run in order, in a models
 //! repository whose `main` moved it from v2 to v3 (`tests/doc_blocks`),
-//! with this test's operator, `openmed-op` and kubectl on PATH. The
+//! with `openmed-op`, kubectl and the plugin on PATH and the model's
+//! namespace as the kubeconfig context's. The
 //! namespace and version names are the test's own (so no other test's
 //! pods see them) and are read back as the page's, `openmed` and
 //! `OpenMed/synthetic-pii-vN`, before the output is compared.
@@ -51,12 +52,29 @@ fn the_blocks_that_need_a_cluster_do_what_the_pages_print() {
 
         let ns = env.ns.name.clone();
         let local = |text: &str| text.replace(&format!("-{ns}"), "").replace(&ns, "openmed");
+        // kubectl as a user has it: the plugin installed, the model's
+        // namespace the context's.
+        let tools = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(binary(), tools.path().join("kubectl-openmed")).unwrap();
+        let config = tools.path().join("kubeconfig");
+        std::fs::copy(kubeconfig(), &config).unwrap();
+        let set = std::process::Command::new(kubectl_binary())
+            .args(["config", "set-context", "--current", "--namespace", &ns])
+            .env("KUBECONFIG", &config)
+            .output()
+            .unwrap();
+        assert!(
+            set.status.success(),
+            "kubectl config set-context: {}",
+            String::from_utf8_lossy(&set.stderr)
+        );
         let shell = Shell {
             path: vec![
+                tools.path().to_path_buf(),
                 PathBuf::from(binary()).parent().unwrap().to_path_buf(),
                 kubectl_binary().parent().unwrap().to_path_buf(),
             ],
-            kubeconfig: Some(kubeconfig()),
+            kubeconfig: Some(config),
         };
         let mut ran = 0;
         let mut failures = Vec::new();
