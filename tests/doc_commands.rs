@@ -179,16 +179,6 @@ const NOT_YET_RUN: &[(&str, &str, &str)] = &[
         "the quickstart on a control plane of its own",
     ),
     (
-        "docs/gitops.md",
-        "GitBehindRollback",
-        "status.yaml from a model the control plane rolled back",
-    ),
-    (
-        "docs/gitops.md",
-        "FailedVersionRetried",
-        "status.yaml from a model the control plane rolled back",
-    ),
-    (
         "docs/tour.md",
         "--watch",
         "a rollout in progress on the control plane",

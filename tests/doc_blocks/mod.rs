@@ -355,6 +355,11 @@ impl Shell {
             .env("PATH", path)
             .env("NO_COLOR", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            // A user's Git knows who they are.
+            .env("GIT_AUTHOR_NAME", "Model Team")
+            .env("GIT_AUTHOR_EMAIL", "models@hospital.example")
+            .env("GIT_COMMITTER_NAME", "Model Team")
+            .env("GIT_COMMITTER_EMAIL", "models@hospital.example")
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
