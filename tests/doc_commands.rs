@@ -27,7 +27,8 @@
 //! the bundled examples; `verify` is a models repository whose pull request
 //! asks for a rollback the operator no longer retains; `krm` and
 //! `kustomize` are each a copy of the bundled example with the KRM
-//! function's two-line wrapper. A ```yaml block marked `<!-- file -->` is written into its
+//! function's two-line wrapper; `system` runs a block as root in a mount
+//! namespace where the folders it installs into are empty. A ```yaml block marked `<!-- file -->` is written into its
 //! document's sandbox, one file per YAML document, named by its first line
 //! (`# NAME`, a comment the file keeps), before the document's blocks run.
 
@@ -185,11 +186,6 @@ const NOT_YET_RUN: &[(&str, &str, &str)] = &[
     ),
     (
         "docs/operations.md",
-        "kubectl openmed completions bash",
-        "a sandbox for the folders it writes to",
-    ),
-    (
-        "docs/operations.md",
         "kubectl apply -k deploy/monitoring",
         "the Prometheus Operator's CRDs on the control plane",
     ),
@@ -235,7 +231,36 @@ const NOT_YET_RUN: &[(&str, &str, &str)] = &[
     ),
 ];
 
-const SANDBOXES: [&str; 4] = ["examples", "verify", "krm", "kustomize"];
+const SANDBOXES: [&str; 5] = ["examples", "verify", "krm", "kustomize", "system"];
+
+/// The folders a `system` block writes to, each an empty tmpfs in a mount
+/// namespace of the block's own, so it runs as printed and the machine's
+/// folders stay as they were.
+const SYSTEM_FOLDERS: [&str; 3] = [
+    "/usr/local/bin",
+    "/usr/local/share",
+    "/etc/bash_completion.d",
+];
+
+/// Runs a sh block in a mount namespace where [`SYSTEM_FOLDERS`] are empty
+/// (needs root, as the control-plane tiers do), then checks that what it
+/// installs is there: the plugin link, its completions and its manual.
+fn run_as_the_system(shell: &Shell, dir: &std::path::Path, block: &Block) -> Option<String> {
+    std::fs::write(dir.join("block.sh"), &block.body).unwrap();
+    let mounts: String = SYSTEM_FOLDERS
+        .iter()
+        .map(|f| format!("mount -t tmpfs openmed-doc {f}; "))
+        .collect();
+    let script = format!(
+        "exec unshare --mount --propagation private bash -euo pipefail -c '{mounts}\
+         bash -euo pipefail ./block.sh; \
+         test -x /usr/local/bin/kubectl-openmed; \
+         grep -q kubectl-openmed /etc/bash_completion.d/kubectl-openmed; \
+         test -s /usr/local/share/man/man1/kubectl-openmed-canary.1'"
+    );
+    let (ok, output) = shell.bash(dir, &["-euo", "pipefail"], &script);
+    (!ok).then_some(output)
+}
 
 /// The sandbox of the blocks that need the control plane: the end-to-end
 /// suite runs them (tests/e2e/docs.rs).
@@ -266,6 +291,7 @@ fn sandbox(name: &str, doc: &str) -> tempfile::TempDir {
             )
             .unwrap();
         }
+        "system" => {}
         "verify" => verify_repository(
             dir.path(),
             "openmed",
@@ -315,7 +341,9 @@ fn the_blocks_marked_to_run_here_do_what_the_documents_print() {
                 .entry(name.clone())
                 .or_insert_with(|| sandbox(name, &doc));
             ran += 1;
-            let failed = if block.lang == "console" {
+            let failed = if name == "system" {
+                run_as_the_system(&shell, dir.path(), &block)
+            } else if block.lang == "console" {
                 shell.transcript(dir.path(), &block, &|output| output.to_owned())
             } else {
                 shell.script(dir.path(), &block)
@@ -370,13 +398,19 @@ fn the_quick_subset_names_only_tests_that_exist() {
     }
 }
 
-/// The folders of the test tools the documents call by name (kustomize),
-/// built on first use and cached (tests/cached-build.sh).
+/// The folders of the test tools the documents call by name (kustomize;
+/// kubectl, the control plane's), built on first use and cached
+/// (tests/cached-build.sh).
 fn tool_folders() -> Vec<PathBuf> {
-    let out = Command::new(root().join("tests/gitops/build"))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "tests/gitops/build failed");
-    vec![PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())]
+    ["tests/gitops/build", "tests/cluster/build"]
+        .iter()
+        .map(|script| {
+            let out = Command::new(root().join(script))
+                .stderr(Stdio::inherit())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{script} failed");
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        })
+        .collect()
 }
