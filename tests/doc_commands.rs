@@ -165,21 +165,6 @@ fn every_shell_block_says_how_it_is_run() {
 /// fails the test, and a new block needs a marker).
 const NOT_YET_RUN: &[(&str, &str, &str)] = &[
     (
-        "README.md",
-        "examples/quickstart --canary",
-        "the quickstart on a control plane of its own",
-    ),
-    (
-        "docs/canary.md",
-        "$ examples/quickstart --canary",
-        "the quickstart on a control plane of its own",
-    ),
-    (
-        "docs/tour.md",
-        "$ examples/quickstart\n",
-        "the quickstart on a control plane of its own",
-    ),
-    (
         "docs/tour.md",
         "--watch",
         "a rollout in progress on the control plane",

@@ -257,12 +257,14 @@ spec:
 }
 
 /// What may differ between a run and the document: commit ids, timings,
-/// trailing spaces.
+/// clock times, trailing spaces.
 pub fn normalize(text: &str) -> String {
     let commit = Regex::new(r"\b[0-9a-f]{40}\b|\b[0-9a-f]{12}\b").unwrap();
     let timing = Regex::new(r"\bin [0-9]+(\.[0-9]+)?(ms|s)\b").unwrap();
+    let clock = Regex::new(r"\b[0-2][0-9]:[0-5][0-9]:[0-5][0-9]\b").unwrap();
     let text = commit.replace_all(text, "<commit>");
     let text = timing.replace_all(&text, "in <time>");
+    let text = clock.replace_all(&text, "<clock>");
     text.lines()
         .map(str::trim_end)
         .collect::<Vec<_>>()

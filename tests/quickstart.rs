@@ -1,0 +1,168 @@
+//! README's quick start, run as printed: each line of its
+//! `examples/quickstart` block, on a control plane of its own
+//! (`target/quickstart/<variant>`, so the e2e suite's is untouched), with
+//! the binary under test as `OPENMED_OP` and the load generator `cargo
+//! test` builds as `OPENMED_LOAD` (the script would otherwise build
+//! release ones). Each must succeed, and the transcripts docs/tour.md
+//! and docs/canary.md print must be what it printed (clock times and ages
+//! compared by shape; a line `...` in the page stands for the status lines
+//! a half-second sampling may or may not catch).
+
+// Shared with the other tiers that run the documents' blocks.
+#[allow(dead_code)]
+mod doc_blocks;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use doc_blocks::*;
+
+/// The README line before the block.
+const LABEL: &str = "To watch the operator work";
+
+/// How long one walk may take (the real stack starts its pods, then sends
+/// load for 100 s).
+const DEADLINE: Duration = Duration::from_secs(600);
+
+/// The command of README's block whose flag is `flag` (none: the plain one).
+fn readme_command(flag: Option<&str>) -> String {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let at = text
+        .lines()
+        .position(|l| l.starts_with(LABEL))
+        .expect("README.md has the quick start's label")
+        + 1;
+    let block = blocks("README.md")
+        .into_iter()
+        .find(|b| b.line > at && is_shell(&b.lang))
+        .expect("a shell block after the label");
+    commands(&block)
+        .into_iter()
+        .map(|c| strip_comment(&c))
+        .find(|c| c.split_whitespace().nth(1) == flag)
+        .unwrap_or_else(|| panic!("README's quick start has no line with {flag:?}"))
+}
+
+/// Runs `command` from the repository's root, polling it to the end within
+/// [`DEADLINE`]; returns its output (stderr with stdout).
+fn run(command: &str, variant: &str) -> String {
+    let dir = root().join("target/quickstart").join(variant);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("transcript.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_openmed-op"));
+    eprintln!("quickstart: {command} (QUICKSTART_DIR={})", dir.display());
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(format!("exec 2>&1\n{command}"))
+        .current_dir(root())
+        .env("OPENMED_OP", &bin)
+        .env("OPENMED_LOAD", load_generator())
+        .env("QUICKSTART_DIR", &dir)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("bash runs");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{command} did not finish in {DEADLINE:?}:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let output = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{command} failed ({status}):\n{output}");
+    output
+}
+
+/// The workload's load generator, built as `cargo test` builds it (debug),
+/// so the walk on the real stack does not build a release one.
+fn load_generator() -> PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "openmed-load",
+            "--bin",
+            "openmed-load",
+        ])
+        .current_dir(root())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build -p openmed-load");
+    root().join("target/debug/openmed-load")
+}
+
+/// What the page's transcript of `command` says it prints.
+fn page_transcript(doc: &str, command: &str) -> String {
+    let block = blocks(doc)
+        .into_iter()
+        .find(|b| b.lang == "console" && b.body.starts_with(&format!("$ {command}\n")))
+        .unwrap_or_else(|| panic!("{doc} has no transcript of {command}"));
+    let mut steps = transcript(&block);
+    assert_eq!(steps.len(), 1, "{}: one command", block.at());
+    steps.remove(0).1
+}
+
+fn assert_reads_as(doc: &str, command: &str, output: &str) {
+    let expected = normalize(&page_transcript(doc, command));
+    let actual = normalize(output);
+    let want: Vec<&str> = expected.lines().collect();
+    let got: Vec<&str> = actual.lines().collect();
+    assert!(
+        matches(&want, &got),
+        "{doc} prints for {command}:\n{expected}\n--- it printed:\n{actual}"
+    );
+}
+
+/// The pages that print a walk's transcript, and the command they show.
+const TOUR: (&str, &str) = ("docs/tour.md", "examples/quickstart");
+const CANARY: (&str, &str) = ("docs/canary.md", "examples/quickstart --canary");
+
+#[test]
+fn the_quickstart_rolls_out_then_rolls_back_as_the_tour_prints() {
+    let command = readme_command(None);
+    assert_eq!(command, TOUR.1, "README and {} show one command", TOUR.0);
+    let output = run(&command, "plain");
+    assert_reads_as(TOUR.0, &command, &output);
+}
+
+#[test]
+fn the_quickstart_canary_steps_and_promotes_as_canary_md_prints() {
+    let command = readme_command(Some("--canary"));
+    assert_eq!(
+        command, CANARY.1,
+        "README and {} show one command",
+        CANARY.0
+    );
+    let output = run(&command, "canary");
+    assert_reads_as(CANARY.0, &command, &output);
+}
+
+#[test]
+fn the_quickstart_on_the_real_service_bumps_then_rolls_back_under_load() {
+    let command = readme_command(Some("--real"));
+    let output = run(&command, "real");
+    for line in [
+        "== a version bump to OpenMed/synthetic-pii-v2",
+        "== a model the service cannot load",
+        "RollbackSucceeded",
+    ] {
+        assert!(
+            output.contains(line),
+            "{command} printed no {line:?}:\n{output}"
+        );
+    }
+}
