@@ -29,6 +29,7 @@ mod leader;
 mod operator;
 mod operator_pods;
 mod plugin;
+mod quickstart;
 mod render;
 mod snapshots;
 mod soak;
@@ -47,6 +48,9 @@ fn main() {
     let mut args = Arguments::from_args();
     args.test_threads = args.test_threads.or(Some(THREADS));
     let mut trials = Vec::new();
+    // The quick start's walks first: each has a control plane of its own
+    // and runs for minutes, mostly waiting, beside the trials below.
+    trials.extend(quickstart::trials());
     trials.extend(cluster::trials());
     trials.extend(operator::trials());
     trials.extend(snapshots::trials());
