@@ -77,12 +77,12 @@ fn every_shell_block_says_how_it_is_run() {
                 Marker::NotRun => *counts.entry("not run").or_default() += 1,
                 Marker::Run(sandbox) => {
                     *counts.entry("run here").or_default() += 1;
-                    if sandbox == ON_THE_CLUSTER {
-                        let runner = std::fs::read_to_string(root().join("tests/e2e/docs.rs"))
-                            .unwrap_or_default();
-                        if !runner.contains(&format!("{ON_THE_CLUSTER:?}")) {
+                    if let Some((_, runner)) = ON_THE_CLUSTER.iter().find(|(s, _)| s == sandbox) {
+                        let text =
+                            std::fs::read_to_string(root().join(runner)).unwrap_or_default();
+                        if !text.contains(&format!("{sandbox:?}")) {
                             problems.push(format!(
-                                "{}: tests/e2e/docs.rs does not run the blocks of {ON_THE_CLUSTER:?}",
+                                "{}: {runner} does not run the blocks of {sandbox:?}",
                                 block.at()
                             ));
                         }
@@ -175,11 +175,6 @@ const NOT_YET_RUN: &[(&str, &str, &str)] = &[
         "the Prometheus Operator's CRDs on the control plane",
     ),
     (
-        "docs/quality.md",
-        "openmed.ai/model-quality",
-        "the real stack's quality gate",
-    ),
-    (
         "docs/migration.md",
         "kubectl get omm -A        # PHASE",
         "the migration tier running each block as printed",
@@ -247,9 +242,13 @@ fn run_as_the_system(shell: &Shell, dir: &std::path::Path, block: &Block) -> Opt
     (!ok).then_some(output)
 }
 
-/// The sandbox of the blocks that need the control plane: the end-to-end
-/// suite runs them (tests/e2e/docs.rs).
-const ON_THE_CLUSTER: &str = "cluster";
+/// The sandboxes of the blocks that need the control plane, and the test
+/// that runs them: the end-to-end suite, or the real stack's quality test
+/// (the gate's verdicts on the OpenMed service's pods).
+const ON_THE_CLUSTER: [(&str, &str); 2] = [
+    ("cluster", "tests/e2e/docs.rs"),
+    ("stack-quality", "tests/stack/quality.rs"),
+];
 
 /// A sandbox's folder, made as its name says, with the document's files in
 /// it.
@@ -319,7 +318,7 @@ fn the_blocks_marked_to_run_here_do_what_the_documents_print() {
             if !is_shell(&block.lang) {
                 continue;
             }
-            if name == ON_THE_CLUSTER {
+            if ON_THE_CLUSTER.iter().any(|(s, _)| s == name) {
                 continue;
             }
             let dir = sandboxes

@@ -51,57 +51,89 @@ fn the_blocks_that_need_a_cluster_do_what_the_pages_print() {
         env.wait_rolled_back(name).await;
 
         let ns = env.ns.name.clone();
-        let local = |text: &str| text.replace(&format!("-{ns}"), "").replace(&ns, "openmed");
-        // kubectl as a user has it: the plugin installed, the model's
-        // namespace the context's.
-        let tools = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(binary(), tools.path().join("kubectl-openmed")).unwrap();
-        let config = tools.path().join("kubeconfig");
-        std::fs::copy(kubeconfig(), &config).unwrap();
-        let set = std::process::Command::new(kubectl_binary())
-            .args(["config", "set-context", "--current", "--namespace", &ns])
-            .env("KUBECONFIG", &config)
-            .output()
-            .unwrap();
-        assert!(
-            set.status.success(),
-            "kubectl config set-context: {}",
-            String::from_utf8_lossy(&set.stderr)
-        );
-        let shell = Shell {
-            path: vec![
-                tools.path().to_path_buf(),
-                PathBuf::from(binary()).parent().unwrap().to_path_buf(),
-                kubectl_binary().parent().unwrap().to_path_buf(),
-            ],
-            kubeconfig: Some(config),
-        };
-        let mut ran = 0;
-        let mut failures = Vec::new();
-        for doc in doc_blocks::documents() {
-            let blocks: Vec<_> = doc_blocks::blocks(&doc)
-                .into_iter()
-                .filter(|b| b.marker == Marker::Run(SANDBOX.to_owned()))
-                .collect();
-            if blocks.is_empty() {
-                continue;
-            }
-            let dir = tempfile::tempdir().unwrap();
-            doc_blocks::verify_repository(dir.path(), &ns, &|v| env.version(v), PullRequest::Notes);
-            for block in blocks {
-                ran += 1;
-                let failed = if block.lang == "console" {
-                    shell.transcript(dir.path(), &block, &local)
-                } else {
-                    shell.script(dir.path(), &block)
-                };
-                if let Some(failed) = failed {
-                    failures.push(format!("{}:\n{failed}", block.at()));
-                }
-            }
-        }
+        let (_tools, shell) = user_shell(&ns);
+        let ran = run_page_blocks(SANDBOX, &shell, &ns, &|dir| {
+            doc_blocks::verify_repository(dir, &ns, &|v| env.version(v), PullRequest::Notes)
+        });
         assert!(ran > 0, "no block is marked <!-- run: {SANDBOX} -->");
-        assert!(failures.is_empty(), "{}", failures.join("\n"));
         env.finish().await;
     });
+}
+
+/// kubectl as a user has it: `kubectl openmed` installed, `namespace` the
+/// context's; with `openmed-op` on PATH. The folder holds the plugin and
+/// the kubeconfig, and goes when dropped.
+pub fn user_shell(namespace: &str) -> (tempfile::TempDir, Shell) {
+    let tools = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(binary(), tools.path().join("kubectl-openmed")).unwrap();
+    let config = tools.path().join("kubeconfig");
+    std::fs::copy(kubeconfig(), &config).unwrap();
+    let set = std::process::Command::new(kubectl_binary())
+        .args([
+            "config",
+            "set-context",
+            "--current",
+            "--namespace",
+            namespace,
+        ])
+        .env("KUBECONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(
+        set.status.success(),
+        "kubectl config set-context: {}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let shell = Shell {
+        path: vec![
+            tools.path().to_path_buf(),
+            PathBuf::from(binary()).parent().unwrap().to_path_buf(),
+            kubectl_binary().parent().unwrap().to_path_buf(),
+        ],
+        kubeconfig: Some(config),
+    };
+    (tools, shell)
+}
+
+/// Runs the blocks marked `<!-- run: SANDBOX -->` of every page, in order,
+/// each page's in a folder `prepare` fills; compares transcripts with the
+/// test's namespace `namespace` and its `-<namespace>` version suffix read
+/// as the page's `openmed`. Panics with every difference; returns how many
+/// blocks ran.
+pub fn run_page_blocks(
+    sandbox: &str,
+    shell: &Shell,
+    namespace: &str,
+    prepare: &dyn Fn(&std::path::Path),
+) -> usize {
+    let local = |text: &str| {
+        text.replace(&format!("-{namespace}"), "")
+            .replace(namespace, "openmed")
+    };
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    for doc in doc_blocks::documents() {
+        let blocks: Vec<_> = doc_blocks::blocks(&doc)
+            .into_iter()
+            .filter(|b| b.marker == Marker::Run(sandbox.to_owned()))
+            .collect();
+        if blocks.is_empty() {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        prepare(dir.path());
+        for block in blocks {
+            ran += 1;
+            let failed = if block.lang == "console" {
+                shell.transcript(dir.path(), &block, &local)
+            } else {
+                shell.script(dir.path(), &block)
+            };
+            if let Some(failed) = failed {
+                failures.push(format!("{}:\n{failed}", block.at()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    ran
 }

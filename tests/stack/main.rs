@@ -17,6 +17,14 @@ mod support;
 #[path = "../e2e/env.rs"]
 mod env;
 
+// The pages' blocks, run where the stack shows what they show.
+#[allow(dead_code)]
+#[path = "../doc_blocks/mod.rs"]
+mod doc_blocks;
+#[allow(dead_code)]
+#[path = "../e2e/docs.rs"]
+mod docs;
+
 // Shared with the other real-stack binaries; this one uses a part.
 #[allow(dead_code)]
 mod app;

@@ -147,6 +147,13 @@ fn a_model_that_misses_dates_never_serves_and_a_good_one_passes() {
             "bump_to_rolled_back_s": (took * 10.0).round() / 10.0, "event": failed,
             "probe_requests_answered": answered, "pods_judged": judged,
         }));
+        // docs/quality.md's commands, on the pods the gate judged.
+        let (_tools, shell) = crate::docs::user_shell(&app.env.ns.name);
+        let ran = crate::docs::run_page_blocks("stack-quality", &shell, &app.env.ns.name, &|_| {});
+        assert!(
+            ran > 0,
+            "docs/quality.md marks its commands <!-- run: stack-quality -->"
+        );
         app.env.finish().await;
     });
 }
