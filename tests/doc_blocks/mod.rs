@@ -330,6 +330,35 @@ pub const STEP: &str = "@@openmed-op-doc-step@@\n";
 /// How long one block may take.
 const BLOCK_DEADLINE: Duration = Duration::from_secs(120);
 
+/// Runs `command` with its stdout and stderr both into `log` (as a
+/// terminal shows them), polling it to the end within `deadline`; returns
+/// whether it succeeded, and its output.
+pub fn run_logged(mut command: Command, log: &Path, deadline: Duration) -> (bool, String) {
+    let out = std::fs::File::create(log).unwrap();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{command:?} cannot start: {e}"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{command:?} did not finish in {deadline:?}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status.success(), std::fs::read_to_string(log).unwrap())
+}
+
 /// How blocks run: `openmed-op` and the tools on `path` come first on PATH,
 /// `kubeconfig` (none: no cluster) is KUBECONFIG.
 pub struct Shell {
@@ -347,12 +376,11 @@ impl Shell {
             std::env::var("PATH").unwrap_or_default()
         );
         let log = dir.join(".transcript");
-        let out = std::fs::File::create(&log).unwrap();
         let mut command = Command::new("bash");
         command
             .args(options)
             .arg("-c")
-            .arg(format!("exec 2>&1\n{script}"))
+            .arg(script)
             .current_dir(dir)
             .env("PATH", path)
             .env("NO_COLOR", "1")
@@ -362,32 +390,13 @@ impl Shell {
             .env("GIT_AUTHOR_EMAIL", "models@hospital.example")
             .env("GIT_COMMITTER_NAME", "Model Team")
             .env("GIT_COMMITTER_EMAIL", "models@hospital.example")
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out);
+            .env_remove("KUBECONFIG");
         if let Some(kubeconfig) = &self.kubeconfig {
             command.env("KUBECONFIG", kubeconfig);
         }
-        let mut child = command.spawn().expect("bash runs");
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if started.elapsed() > BLOCK_DEADLINE {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "did not finish in {BLOCK_DEADLINE:?}:\n{script}\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let output = std::fs::read_to_string(&log).unwrap();
+        let (ok, output) = run_logged(command, &log, BLOCK_DEADLINE);
         std::fs::remove_file(&log).unwrap();
-        (status.success(), output)
+        (ok, output)
     }
 
     /// Runs a console block in `dir` and returns what differs from the

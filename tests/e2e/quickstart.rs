@@ -10,11 +10,11 @@
 //! a half-second sampling may or may not catch).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use crate::doc_blocks::{
-    blocks, commands, is_shell, matches, normalize, root, strip_comment, transcript,
+    blocks, commands, is_shell, matches, normalize, root, run_logged, strip_comment, transcript,
 };
 use crate::trial;
 
@@ -67,39 +67,17 @@ fn run(command: &str, variant: &str) -> String {
     let dir = root().join("target/quickstart").join(variant);
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("transcript.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let bin = PathBuf::from(crate::support::binary());
     eprintln!("quickstart: {command} (QUICKSTART_DIR={})", dir.display());
-    let mut child = Command::new("bash")
-        .arg("-c")
-        .arg(format!("exec 2>&1\n{command}"))
+    let mut bash = Command::new("bash");
+    bash.arg("-c")
+        .arg(command)
         .current_dir(root())
-        .env("OPENMED_OP", &bin)
+        .env("OPENMED_OP", crate::support::binary())
         .env("OPENMED_LOAD", load_generator())
         .env("QUICKSTART_DIR", &dir)
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .expect("bash runs");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{command} did not finish in {DEADLINE:?}:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let output = std::fs::read_to_string(&log).unwrap();
-    assert!(status.success(), "{command} failed ({status}):\n{output}");
+        .env_remove("KUBECONFIG");
+    let (ok, output) = run_logged(bash, &log, DEADLINE);
+    assert!(ok, "{command} failed:\n{output}");
     output
 }
 
