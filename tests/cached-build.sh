@@ -5,7 +5,7 @@
 # A build script reads like this:
 #
 #   . "$(dirname "${BASH_SOURCE[0]}")/../cached-build.sh"
-#   cached_build_start canary "$@"      # NAME [--check|--force|--print]
+#   cached_build_start canary "$@"      # NAME [--check|--fetch|--force|--print]
 #   dir="$(go_module_dir sigs.k8s.io/gateway-api)"
 #   cp "$dir"/config/... "$BUILD_TMP/crds/"
 #   go_build -o "$BUILD_TMP/bin/prometheus" github.com/prometheus/prometheus/cmd/prometheus
@@ -24,6 +24,16 @@
 # GOPROXY), and builds nothing into the cache: a step that reads a module it
 # did not download fails there as it would on a fresh machine. It takes
 # seconds, so `cargo test` runs it for every script (tests/cluster_scripts.rs).
+#
+# `build --fetch` downloads what the build reads (Go modules, wheels) into
+# the real caches and compiles nothing: CI fetches every tool while the
+# first ones compile, so a build that starts later waits on the CPU only.
+# It holds the build's lock while it fetches, so a build of the same key
+# starts once the fetch is done.
+#
+# Compiles run at a lower priority (nice 10) than whatever started them:
+# a build that a test starts runs beside the test's other trials, which
+# have deadlines, and CI builds tools beside the first tiers.
 # shellcheck shell=bash
 
 CACHED_BUILD_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cached-build.sh"
@@ -31,7 +41,7 @@ CACHED_BUILD_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cached-build.sh"
 _cb_log() { printf '%s\n' "$*" >&2; }
 _cb_die() { _cb_log "error: $*"; exit 1; }
 
-# cached_build_start NAME [--check|--force|--print]
+# cached_build_start NAME [--check|--fetch|--force|--print]
 #
 # The caller may set before the call:
 #   BUILD_KEY_PREFIX  text before the source hash in the folder name (default none)
@@ -46,10 +56,11 @@ cached_build_start() {
 	BUILD_MODE=build
 	case "${1:-}" in
 	--check) BUILD_MODE=check ;;
+	--fetch) BUILD_MODE=fetch ;;
 	--force) BUILD_MODE=force ;;
 	--print) BUILD_MODE=print ;;
 	"") ;;
-	*) _cb_die "usage: $0 [--check|--force|--print]" ;;
+	*) _cb_die "usage: $0 [--check|--fetch|--force|--print]" ;;
 	esac
 	command -v go >/dev/null || _cb_die "go not found in PATH"
 	BUILD_SRC="$(cd "$(dirname "$0")" && pwd)"
@@ -69,7 +80,7 @@ cached_build_start() {
 	# One build per key at a time; a second caller waits, then reuses it.
 	exec 9>"$_cb_root/$BUILD_KEY.lock"
 	flock 9
-	if [ "$BUILD_MODE" = build ] && [ -f "$BUILD_OUT/.complete" ]; then
+	if { [ "$BUILD_MODE" = build ] || [ "$BUILD_MODE" = fetch ]; } && [ -f "$BUILD_OUT/.complete" ]; then
 		touch "$BUILD_OUT"
 		_cb_print
 		exit 0
@@ -109,13 +120,29 @@ go_module_version() {
 }
 
 # go_build ARGS...: `go build -trimpath ARGS...`, run from the current
-# folder; in --check mode only said, since a compile downloads what it needs.
+# folder at nice 10; in --check mode only said, since a compile downloads
+# what it needs; in --fetch mode `go build -n`, which downloads every
+# module the compile reads and compiles nothing. The compiler writes no
+# DWARF: nobody debugs these tools here (most are linked with -w, which
+# drops it anyway), and writing it is a tenth of the compile.
 go_build() {
-	if [ "$BUILD_MODE" = check ]; then
+	case "$BUILD_MODE" in
+	check)
 		_cb_log "check: would build ${*: -1}"
 		return 0
-	fi
-	go build -trimpath "$@"
+		;;
+	fetch)
+		# -n prints the commands it would run on stderr; only a failure's
+		# own message is worth showing.
+		local said
+		said="$(go build -n -trimpath "$@" 2>&1 >/dev/null)" || {
+			printf '%s\n' "$said" | tail -n 20 >&2
+			_cb_die "go build -n ${*: -1} failed"
+		}
+		return 0
+		;;
+	esac
+	nice -n 10 go build -trimpath -gcflags=all=-dwarf=false "$@"
 }
 
 # cached_build_finish: marks the build complete, moves it into the cache,
@@ -123,6 +150,10 @@ go_build() {
 cached_build_finish() {
 	if [ "$BUILD_MODE" = check ]; then
 		_cb_log "check: $BUILD_NAME: every module-reading step works from empty caches"
+		return 0
+	fi
+	if [ "$BUILD_MODE" = fetch ]; then
+		_cb_log "fetched what $BUILD_NAME reads in $((SECONDS - _cb_start)) s"
 		return 0
 	fi
 	touch "$BUILD_TMP/.complete"
