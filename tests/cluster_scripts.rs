@@ -236,11 +236,18 @@ fn down_sweeps_the_network_namespaces_of_its_cluster_only() {
 /// expansion, the crash back-off, the image map), in Go.
 #[test]
 fn the_test_kubelets_unit_tests_pass() {
-    // The flags of tests/cluster/build (`-trimpath`, no cgo), so the
-    // Kubernetes packages it compiled come from the Go build cache: with
-    // other flags a cold CI compiled them all again, about 2.5 minutes.
+    // The flags of tests/cluster/build (`-trimpath`, no DWARF, no cgo;
+    // tests/cached-build.sh), so the Kubernetes packages it compiled come
+    // from the Go build cache: with other flags a cold CI compiled them all
+    // again, about 2.5 minutes.
     let out = Command::new("go")
-        .args(["test", "-count=1", "-trimpath", "./cmd/fake-kubelet"])
+        .args([
+            "test",
+            "-count=1",
+            "-trimpath",
+            "-gcflags=all=-dwarf=false",
+            "./cmd/fake-kubelet",
+        ])
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster"))
         .env("GOFLAGS", "-mod=readonly")
         .env("CGO_ENABLED", "0")

@@ -50,6 +50,10 @@ pub fn trials() -> Vec<Trial> {
             volumes_and_hosts_are_mounted_where_the_spec_says,
         ),
         trial(
+            "kubelet::a_volume_over_the_folder_of_the_program_does_not_hide_it",
+            a_volume_over_the_folder_of_the_program_does_not_hide_it,
+        ),
+        trial(
             "kubelet::pods_reach_listed_node_ports_at_their_gateway",
             pods_reach_listed_node_ports_at_their_gateway,
         ),
@@ -825,6 +829,63 @@ fn volumes_and_hosts_are_mounted_where_the_spec_says() {
                 !std::path::Path::new(path).exists(),
                 "{path} exists only in the pod, not on this machine"
             );
+        }
+        e.done().await;
+    });
+}
+
+/// A container runs its program even when one of its volumes is mounted
+/// over the folder that holds it, found on PATH or named by its path, as
+/// Envoy Gateway's shutdown-manager (`envoy-gateway` from a tool cache
+/// under /tmp) runs beside its emptyDir at /tmp: an image's own files are
+/// never hidden by its volumes. The program is a script, so its
+/// interpreter too must reach it.
+fn a_volume_over_the_folder_of_the_program_does_not_hide_it() {
+    block_on(async {
+        let e = env("kubelet-hidden").await;
+        let tools = e.dir.join("tools");
+        let bin = tools.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let program = bin.join("hidden-hello");
+        std::fs::write(
+            &program,
+            format!(
+                "#!/bin/sh\necho hidden program ran\n\
+                 test -e {} || echo its folder is covered\nexec sleep 1000\n",
+                program.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cover = json!([{"name": "cover", "mountPath": tools}]);
+        e.create_pod(json!({
+            "metadata": {"name": "hidden"},
+            "spec": {
+                "volumes": [{"name": "cover", "emptyDir": {}}],
+                "containers": [
+                    {"name": "by-name", "image": SH, "command": ["hidden-hello"],
+                     "env": [{"name": "PATH", "value": format!("{}:/usr/bin:/bin", bin.display())}],
+                     "volumeMounts": cover},
+                    {"name": "by-path", "image": SH, "command": [program],
+                     "volumeMounts": cover},
+                ],
+            },
+        }))
+        .await;
+        let pod = e
+            .wait_pod("hidden", "both containers ready", |p| {
+                condition(p, "Ready") == "True"
+            })
+            .await;
+        for container in ["by-name", "by-path"] {
+            let log = e.log(&pod, container, 0);
+            for line in ["hidden program ran", "its folder is covered"] {
+                assert!(
+                    log.lines().any(|l| l == line),
+                    "{container}'s log has {line:?}:\n{log}"
+                );
+            }
         }
         e.done().await;
     });

@@ -103,6 +103,16 @@ func containerInit(args []string) {
 		}
 		sources[i], isDir[i] = src, info.IsDir()
 	}
+	// The program is found before the first mount too, for the same
+	// reason: a volume over a folder that holds it (Envoy Gateway's
+	// shutdown-manager, `envoy-gateway` from a tool cache under /tmp, and
+	// its emptyDir at /tmp) must not hide what the container runs, as an
+	// image's own files are never hidden by its volumes. A name relative
+	// to the working folder is found after the chdir below.
+	program, err := findProgram(spec.Argv[0])
+	if err != nil {
+		fail("%v", err)
+	}
 	for i, m := range spec.Mounts {
 		target, err := fs.mountpoint(m.Target, isDir[i])
 		if err != nil {
@@ -124,12 +134,53 @@ func containerInit(args []string) {
 	if err := os.Chdir(dir); err != nil {
 		fail("workingDir: %v", err)
 	}
-	path, err := exec.LookPath(spec.Argv[0])
-	if err != nil {
-		fail("%v", err)
+	path := ""
+	if program == nil {
+		if path, err = exec.LookPath(spec.Argv[0]); err != nil {
+			fail("%v", err)
+		}
+	} else {
+		path = program.path()
 	}
 	err = syscall.Exec(path, spec.Argv, os.Environ())
 	fail("exec %s: %v", path, err)
+}
+
+// foundProgram is an executable found on PATH before the mounts, held
+// open.
+type foundProgram struct {
+	found  string // where it was found
+	handle string // /proc/self/fd/N, the open file
+}
+
+// findProgram finds name on PATH (or takes it as given when absolute)
+// and opens it; nil for a name relative to the working folder. The handle
+// is not closed on exec: a script's interpreter opens the script by it.
+func findProgram(name string) (*foundProgram, error) {
+	if strings.Contains(name, "/") && !filepath.IsAbs(name) {
+		return nil, nil
+	}
+	found, err := exec.LookPath(name)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(found, unix.O_PATH, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", found, err)
+	}
+	return &foundProgram{found: found, handle: fmt.Sprintf("/proc/self/fd/%d", fd)}, nil
+}
+
+// path is what to exec: the path found, when the mounts left it naming
+// the same file (so the process sees its usual argv[0] and /proc/PID/exe),
+// else the open handle.
+func (p *foundProgram) path() string {
+	now, errNow := os.Stat(p.found)
+	then, errThen := os.Stat(p.handle)
+	if errNow == nil && errThen == nil && os.SameFile(now, then) {
+		return p.found
+	}
+	return p.handle
 }
 
 // openPath opens path (a file or a folder, following symlinks) without
