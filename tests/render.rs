@@ -13,6 +13,11 @@ use serde_json::Value;
 #[allow(dead_code)]
 mod support;
 
+// What examples/autoscaling adds to examples/real, shared with the
+// real-stack tiers that run it.
+#[path = "stack/gauges.rs"]
+mod gauges;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -608,6 +613,71 @@ fn watch_renders_again_when_an_input_changes() {
     child.wait().unwrap();
     assert!(first, "the first render never appeared");
     assert!(second, "no render after the file changed");
+}
+
+/// The documents of a file of the repository.
+fn file_documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(root().join(path)).unwrap();
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// `examples/autoscaling` is `examples/real` with the service's gauges
+/// exported (as the real-stack tiers export them) and `spec.autoscaling`
+/// through KEDA, nothing else; it renders the model's ScaledObject with a
+/// trigger per gauge and no autoscaler of the operator's.
+#[test]
+fn the_autoscaling_example_is_the_real_one_with_its_gauges_exported() {
+    let mut real = file_documents("examples/real/openmed-service.yaml");
+    for d in real.iter_mut().filter(|d| d["kind"] == "Deployment") {
+        gauges::export_gauges(d);
+    }
+    assert_eq!(
+        real,
+        file_documents("examples/autoscaling/openmed-service.yaml"),
+        "examples/autoscaling/openmed-service.yaml is examples/real's with its gauges exported"
+    );
+    let mut model = file_documents("examples/real/openmedmodel.yaml").remove(0);
+    let autoscaled = file_documents("examples/autoscaling/openmedmodel.yaml").remove(0);
+    model["spec"]["autoscaling"] = autoscaled["spec"]["autoscaling"].clone();
+    assert_eq!(
+        model, autoscaled,
+        "examples/autoscaling/openmedmodel.yaml is examples/real's with spec.autoscaling"
+    );
+
+    let out = openmed_op(&["render", "examples/autoscaling/"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rendered = stdout(&out);
+    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rendered)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let scaled = docs
+        .iter()
+        .find(|d| d["kind"] == "ScaledObject" && d["metadata"]["name"] == "openmed-service")
+        .unwrap_or_else(|| panic!("no ScaledObject openmed-service in:\n{rendered}"));
+    let queries: Vec<&str> = scaled["spec"]["triggers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["metadata"]["query"].as_str().unwrap())
+        .collect();
+    assert_eq!(queries.len(), 2, "{queries:?}");
+    for gauge in [
+        "openmed_service_admission_queue_depth",
+        "openmed_service_inflight_requests",
+    ] {
+        assert!(
+            queries.iter().any(|q| q.contains(gauge)),
+            "{gauge}: {queries:?}"
+        );
+    }
+    assert!(
+        !docs.iter().any(|d| d["kind"] == "HorizontalPodAutoscaler"),
+        "KEDA's way: the autoscaler is KEDA's, not the operator's"
+    );
+    golden("autoscaling.yaml", &rendered);
 }
 
 #[test]

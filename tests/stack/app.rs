@@ -110,7 +110,13 @@ pub enum Image {
 /// The example's documents (no Namespace) for one test: its HTTPRoute
 /// takes `/<namespace>/` on the shared Gateway and strips that prefix.
 pub fn example(ns: &str, image: Image) -> String {
-    let text = std::fs::read_to_string(root().join("examples/real/openmed-service.yaml")).unwrap();
+    example_at("examples/real/openmed-service.yaml", ns, image)
+}
+
+/// The same, of another example's service file (`path` from the
+/// repository's root).
+pub fn example_at(path: &str, ns: &str, image: Image) -> String {
+    let text = std::fs::read_to_string(root().join(path)).unwrap();
     let mut out = String::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let mut value = Value::deserialize(doc).unwrap();
@@ -156,7 +162,12 @@ pub struct App {
 
 /// The example's OpenMedModel, without its namespace (the test's).
 pub fn example_model() -> Value {
-    let model = std::fs::read_to_string(root().join("examples/real/openmedmodel.yaml")).unwrap();
+    example_model_at("examples/real/openmedmodel.yaml")
+}
+
+/// The same, of another example's model file.
+pub fn example_model_at(path: &str) -> Value {
+    let model = std::fs::read_to_string(root().join(path)).unwrap();
     let mut value: Value = serde_yaml::from_str(&model).unwrap();
     value["metadata"]
         .as_object_mut()
@@ -394,30 +405,6 @@ pub fn pods_prometheus() -> String {
         .expect("DIR/pods-prometheus-url from tests/workload/up")
         .trim()
         .to_owned()
-}
-
-/// A Deployment of the service made to export its gauges to the pods'
-/// Prometheus, as docs/autoscaling.md tells users: metrics on, dynamic
-/// batching on (the queue gauge exists only with it), the pod's own
-/// address a trusted Host (the scrape's), and the scrape annotation.
-pub fn export_gauges(deployment: &mut Value) {
-    let template = &mut deployment["spec"]["template"];
-    template["metadata"]["annotations"]["prometheus.io/scrape"] = json!("true");
-    for container in template["spec"]["containers"].as_array_mut().unwrap() {
-        let env = container["env"].as_array_mut().unwrap();
-        for e in env.iter_mut() {
-            if e["name"] == "OPENMED_SERVICE_TRUSTED_HOSTS" {
-                e["value"] = json!(format!("{},$(POD_IP)", e["value"].as_str().unwrap()));
-            }
-        }
-        // Before its use in $(POD_IP).
-        env.insert(
-            0,
-            json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
-        );
-        env.push(json!({"name": "OPENMED_SERVICE_METRICS_ENABLED", "value": "true"}));
-        env.push(json!({"name": "OPENMED_SERVICE_BATCHING_ENABLED", "value": "true"}));
-    }
 }
 
 /// `deploy/operator` with its `components/keda`, as a user who enables

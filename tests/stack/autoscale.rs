@@ -1,7 +1,7 @@
-//! Autoscaling on the service's own gauges, on the real stack: the
-//! example's service with its metrics and dynamic batching on, the pods'
-//! Prometheus scraping them, KEDA's Prometheus triggers behind the
-//! external metrics API, kube-controller-manager's HPA controller, the
+//! Autoscaling on the service's own gauges, on the real stack:
+//! `examples/autoscaling` (the service with its metrics and dynamic
+//! batching on), the pods' Prometheus scraping them, KEDA's Prometheus
+//! triggers behind the external metrics API, kube-controller-manager's HPA controller, the
 //! operator owning the model's ScaledObject (`spec.autoscaling.keda`),
 //! and real load through the Gateway.
 //!
@@ -67,12 +67,15 @@ const BATCH_WAIT_MS: &str = "100";
 /// fail while the pods come and go.
 const LIGHT_RPS: f64 = 5.0;
 
-/// The example's documents in the test's namespace, its Deployment
-/// exporting the service's gauges to the pods' Prometheus.
+/// The autoscaling example's service in the test's namespace, its batches
+/// waiting [`BATCH_WAIT_MS`].
 fn autoscaled_example(ns: &str) -> String {
-    let mut docs: Vec<Value> = parse_documents(&example(ns, Image::Stock));
+    let mut docs: Vec<Value> = parse_documents(&example_at(
+        "examples/autoscaling/openmed-service.yaml",
+        ns,
+        Image::Stock,
+    ));
     for d in docs.iter_mut().filter(|d| d["kind"] == "Deployment") {
-        export_gauges(d);
         d["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array_mut()
             .unwrap()
@@ -89,16 +92,25 @@ fn parse_documents(text: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The example's model with `spec.autoscaling` through KEDA, reading the
-/// pods' Prometheus.
+/// The autoscaling example's model, with this test's bounds and targets
+/// and the pods' Prometheus of the stack.
 fn autoscaled_model() -> String {
-    let mut value = example_model();
-    value["spec"]["autoscaling"] = json!({
-        "minReplicas": MIN, "maxReplicas": MAX,
-        "queueDepthPerPod": QUEUE_PER_POD, "inflightRequestsPerPod": INFLIGHT_PER_POD,
-        "scaleDownStabilizationSeconds": WINDOW_S,
-        "keda": {"prometheusAddress": pods_prometheus()},
-    });
+    let mut value = example_model_at("examples/autoscaling/openmedmodel.yaml");
+    let autoscaling = &mut value["spec"]["autoscaling"];
+    assert!(
+        autoscaling["keda"].is_object(),
+        "examples/autoscaling goes through KEDA"
+    );
+    for (field, v) in [
+        ("minReplicas", MIN),
+        ("maxReplicas", MAX),
+        ("queueDepthPerPod", QUEUE_PER_POD),
+        ("inflightRequestsPerPod", INFLIGHT_PER_POD),
+        ("scaleDownStabilizationSeconds", WINDOW_S),
+    ] {
+        autoscaling[field] = json!(v);
+    }
+    autoscaling["keda"]["prometheusAddress"] = json!(pods_prometheus());
     serde_yaml::to_string(&value).unwrap()
 }
 

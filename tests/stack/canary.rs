@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::app::*;
 use crate::env::Env;
+use crate::gauges::export_gauges;
 use crate::support::*;
 use crate::trial;
 

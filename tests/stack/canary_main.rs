@@ -18,6 +18,8 @@ mod env;
 #[allow(dead_code)]
 mod app;
 mod canary;
+// Shared with tests/render.rs, which keeps examples/autoscaling in step.
+mod gauges;
 
 use libtest_mimic::Arguments;
 pub use support::trial;
