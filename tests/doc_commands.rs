@@ -175,11 +175,6 @@ const NOT_YET_RUN: &[(&str, &str, &str)] = &[
         "a rollout in progress on the control plane",
     ),
     (
-        "docs/operations.md",
-        "kubectl apply -k deploy/monitoring",
-        "the Prometheus Operator's CRDs on the control plane",
-    ),
-    (
         "docs/migration.md",
         "kubectl get omm -A        # PHASE",
         "the migration tier running each block as printed",

@@ -2,12 +2,13 @@
 //! `<!-- run: cluster -->`), run on the control plane as the pages print
 //! them, after the cluster has done what the page says it did: the model
 //! `openmed-service`, Ready on v2, was bumped to a v3 that never warms and
-//! rolled back. The blocks of each document run in order, in a models
-//! repository whose `main` moved it from v2 to v3 (`tests/doc_blocks`),
-//! with `openmed-op`, kubectl and the plugin on PATH and the model's
-//! namespace as the kubeconfig context's. The
-//! namespace and version names are the test's own (so no other test's
-//! pods see them) and are read back as the page's, `openmed` and
+//! rolled back, and the Prometheus Operator's CRDs are installed (for
+//! operations.md's monitoring bundle). The blocks of each document run in
+//! order, in a models repository whose `main` moved it from v2 to v3
+//! (`tests/doc_blocks`) and the checkout's `deploy/` beside it, with `openmed-op`, kubectl and the plugin on PATH
+//! and the model's namespace as the kubeconfig context's. The namespace
+//! and version names are the test's own (so no other test's pods see them)
+//! and are read back as the page's, `openmed` and
 //! `OpenMed/synthetic-pii-vN`, before the output is compared.
 
 use std::path::PathBuf;
@@ -50,10 +51,26 @@ fn the_blocks_that_need_a_cluster_do_what_the_pages_print() {
         env.set_spec(name, json!({"version": v3})).await;
         env.wait_rolled_back(name).await;
 
+        // operations.md's `kubectl apply -k deploy/monitoring` is for a
+        // cluster with the Prometheus Operator: its CRDs, from its module.
+        let crds = built_tools("tests/monitoring-crds/build");
+        let (ok, _, err) = kubectl(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
+        assert!(ok, "the Prometheus Operator's CRDs: {err}");
+        let (ok, _, err) = kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "-f",
+            crds.to_str().unwrap(),
+        ]);
+        assert!(ok, "the Prometheus Operator's CRDs established: {err}");
+
         let ns = env.ns.name.clone();
         let (_tools, shell) = user_shell(&ns);
         let ran = run_page_blocks(SANDBOX, &shell, &ns, &|dir| {
-            doc_blocks::verify_repository(dir, &ns, &|v| env.version(v), PullRequest::Notes)
+            doc_blocks::verify_repository(dir, &ns, &|v| env.version(v), PullRequest::Notes);
+            // operations.md applies the checkout's bundles by their paths.
+            std::os::unix::fs::symlink(root().join("deploy"), dir.join("deploy")).unwrap();
         });
         assert!(ran > 0, "no block is marked <!-- run: {SANDBOX} -->");
         env.finish().await;
