@@ -839,7 +839,8 @@ fn volumes_and_hosts_are_mounted_where_the_spec_says() {
 /// Envoy Gateway's shutdown-manager (`envoy-gateway` from a tool cache
 /// under /tmp) runs beside its emptyDir at /tmp: an image's own files are
 /// never hidden by its volumes. The program is a script, so its
-/// interpreter too must reach it.
+/// interpreter too must reach it. A program that only a volume brings is
+/// found after the mounts.
 fn a_volume_over_the_folder_of_the_program_does_not_hide_it() {
     block_on(async {
         let e = env("kubelet-hidden").await;
@@ -859,11 +860,24 @@ fn a_volume_over_the_folder_of_the_program_does_not_hide_it() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
         let cover = json!([{"name": "cover", "mountPath": tools}]);
+        // And one that only a volume brings, found after the mounts.
+        let cms: Api<ConfigMap> = Api::namespaced(e.client.clone(), &e.ns.name);
+        let cm = serde_json::from_value(json!({
+            "metadata": {"name": "tools"},
+            "data": {"from-volume": "#!/bin/sh\necho volume program ran\nexec sleep 1000\n"},
+        }))
+        .unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
         e.create_pod(json!({
             "metadata": {"name": "hidden"},
             "spec": {
-                "volumes": [{"name": "cover", "emptyDir": {}}],
+                "volumes": [
+                    {"name": "cover", "emptyDir": {}},
+                    {"name": "tools", "configMap": {"name": "tools", "defaultMode": 0o755}},
+                ],
                 "containers": [
+                    {"name": "from-volume", "image": SH, "command": ["/opt/e2e-tools/from-volume"],
+                     "volumeMounts": [{"name": "tools", "mountPath": "/opt/e2e-tools"}]},
                     {"name": "by-name", "image": SH, "command": ["hidden-hello"],
                      "env": [{"name": "PATH", "value": format!("{}:/usr/bin:/bin", bin.display())}],
                      "volumeMounts": cover},
@@ -874,10 +888,15 @@ fn a_volume_over_the_folder_of_the_program_does_not_hide_it() {
         }))
         .await;
         let pod = e
-            .wait_pod("hidden", "both containers ready", |p| {
+            .wait_pod("hidden", "every container ready", |p| {
                 condition(p, "Ready") == "True"
             })
             .await;
+        let log = e.log(&pod, "from-volume", 0);
+        assert!(
+            log.lines().any(|l| l == "volume program ran"),
+            "from-volume's log:\n{log}"
+        );
         for container in ["by-name", "by-path"] {
             let log = e.log(&pod, container, 0);
             for line in ["hidden program ran", "its folder is covered"] {

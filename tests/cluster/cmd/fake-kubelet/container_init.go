@@ -154,15 +154,17 @@ type foundProgram struct {
 }
 
 // findProgram finds name on PATH (or takes it as given when absolute)
-// and opens it; nil for a name relative to the working folder. The handle
-// is not closed on exec: a script's interpreter opens the script by it.
+// and opens it; nil for a name relative to the working folder, or one
+// not found yet (a program a volume brings is found after the mounts).
+// The handle is not closed on exec: a script's interpreter opens the
+// script by it.
 func findProgram(name string) (*foundProgram, error) {
 	if strings.Contains(name, "/") && !filepath.IsAbs(name) {
 		return nil, nil
 	}
 	found, err := exec.LookPath(name)
 	if err != nil {
-		return nil, err
+		return nil, nil
 	}
 	fd, err := unix.Open(found, unix.O_PATH, 0)
 	if err != nil {
