@@ -615,13 +615,17 @@ fn watch_renders_again_when_an_input_changes() {
     assert!(second, "no render after the file changed");
 }
 
-/// The documents of a file of the repository.
-fn file_documents(path: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(root().join(path)).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+/// The documents of a YAML stream, empty ones left out.
+fn yaml_documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .filter(|v: &Value| !v.is_null())
         .collect()
+}
+
+/// The documents of a file of the repository.
+fn file_documents(path: &str) -> Vec<Value> {
+    yaml_documents(&std::fs::read_to_string(root().join(path)).unwrap())
 }
 
 /// `examples/autoscaling` is `examples/real` with the service's gauges
@@ -650,9 +654,7 @@ fn the_autoscaling_example_is_the_real_one_with_its_gauges_exported() {
     let out = openmed_op(&["render", "examples/autoscaling/"], None);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let rendered = stdout(&out);
-    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rendered)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect();
+    let docs = yaml_documents(&rendered);
     let scaled = docs
         .iter()
         .find(|d| d["kind"] == "ScaledObject" && d["metadata"]["name"] == "openmed-service")
@@ -686,9 +688,7 @@ fn the_canary_example_renders_as_in_the_golden_files() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let rendered = stdout(&out);
     // The canary Deployment reads the same snapshot as the stable one.
-    let docs: Vec<Value> = serde_yaml::Deserializer::from_str(&rendered)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect();
+    let docs = yaml_documents(&rendered);
     let reads = |name: &str| {
         let d = docs
             .iter()
