@@ -165,16 +165,6 @@ fn every_shell_block_says_how_it_is_run() {
 /// fails the test, and a new block needs a marker).
 const NOT_YET_RUN: &[(&str, &str, &str)] = &[
     (
-        "README.md",
-        "examples/quickstart --real",
-        "a tier of its own for the quick start's walk on the real stack (beside e2e's trials it would need the tools CI builds beside the later tiers; the crash loop once seen there was the test kubelet's, since fixed)",
-    ),
-    (
-        "docs/tour.md",
-        "--watch",
-        "a rollout in progress on the control plane",
-    ),
-    (
         "docs/migration.md",
         "kubectl get omm -A        # PHASE",
         "the migration tier running each block as printed",
