@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +27,15 @@ import (
 //	      entrypoint: [/path/to/venv/bin/python, -m, openmed.service.logging]
 //	      env: ["XDG_CONFIG_HOME=/path/to/config", "HF_HUB_OFFLINE=1"]
 //	      workingDir: /path/to/workload
+//	    ghcr.io/maziyarpanahi/openmed-operator:
+//	      cmd: [kopf, run, /app/openmed_operator.py]
+//	      env: ["PATH=/path/to/kopf/venv/bin:/usr/bin:/bin"]
+//	      files: {/app: /path/to/the/operator's/files}
 //
+// files are what the image would carry at paths of its own: each machine
+// path is bind-mounted read-only at its image path, under the pod's
+// volumes (a volume at the same path or above it covers it, as a volume
+// covers an image's folder).
 // A reference matches an entry written with its tag or digest, or the
 // entry for its repository without one ("openmed/openmed-service:3.1.0"
 // uses "openmed/openmed-service" when there is no entry of its own).
@@ -38,6 +47,9 @@ type imageConfig struct {
 	// Env is "NAME=value" lines, underneath the container's own env.
 	Env        []string `json:"env,omitempty"`
 	WorkingDir string   `json:"workingDir,omitempty"`
+	// Files maps a path in the image to the machine's file or folder
+	// that holds it.
+	Files map[string]string `json:"files,omitempty"`
 }
 
 type imageMap map[string]imageConfig
@@ -62,6 +74,14 @@ func parseImageMap(data map[string]string) (imageMap, error) {
 			for _, e := range cfg.Env {
 				if !strings.Contains(e, "=") {
 					return nil, fmt.Errorf("key %s: image %q: env entry %q is not NAME=value", key, ref, e)
+				}
+			}
+			for at, source := range cfg.Files {
+				if !filepath.IsAbs(at) || filepath.Clean(at) != at || at == "/" {
+					return nil, fmt.Errorf("key %s: image %q: files: %q is not a clean absolute path below /", key, ref, at)
+				}
+				if !filepath.IsAbs(source) {
+					return nil, fmt.Errorf("key %s: image %q: files: %s: %q is not an absolute path on this machine", key, ref, at, source)
 				}
 			}
 			if other, dup := from[ref]; dup {

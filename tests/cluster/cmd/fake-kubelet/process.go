@@ -366,6 +366,7 @@ func (w *podWorker) start(ctx context.Context, c *procContainer) {
 		fail("CreateContainerConfigError", err.Error())
 		return
 	}
+	mounts = append(imageFiles(c.img), mounts...)
 	logDir := filepath.Join(w.dir, c.spec.Name)
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		fail("CreateContainerError", err.Error())

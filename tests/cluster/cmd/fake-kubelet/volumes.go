@@ -266,3 +266,20 @@ func (w *podWorker) mountsOf(c *v1.Container, own map[string]string) ([]initMoun
 	}
 	return out, nil
 }
+
+// imageFiles are the files the image map says the image carries, as
+// read-only mounts that go before the volumes: mounts are made parents
+// first and, at one depth, in order, so a volume at or above an image
+// path covers it, as a volume covers an image's own folder.
+func imageFiles(img imageConfig) []initMount {
+	paths := make([]string, 0, len(img.Files))
+	for p := range img.Files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	out := make([]initMount, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, initMount{Volume: "image files " + p, Source: img.Files[p], Target: p, ReadOnly: true})
+	}
+	return out
+}
