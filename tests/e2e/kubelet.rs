@@ -762,13 +762,16 @@ fn volumes_and_hosts_are_mounted_where_the_spec_says() {
             .unwrap();
         let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
         // Paths that do not exist on this machine (/certs, /etc/e2e-config,
-        // /scratch), one that does (/podinfo is made), and the token every
-        // pod gets.
+        // /scratch), one that does (/podinfo is made), the token every pod
+        // gets, and the API server by its Service's name and port, as
+        // cluster DNS gives it (Kopf's in-cluster login asks for it).
         let reader = format!(
             "cat /certs/tls.crt; echo; cat /etc/e2e-config/greeting; echo; \
              cat /podinfo/name; echo; cat /podinfo/labels; cat /etc/hosts; \
              test -s {sa}/token && echo token-present; cat {sa}/namespace; echo; \
-             grep -c BEGIN {sa}/ca.crt; echo shared > /scratch/from-reader; exec sleep 1000"
+             grep -c BEGIN {sa}/ca.crt; \
+             curl -sf --cacert {sa}/ca.crt https://kubernetes.default.svc/version >/dev/null && echo api-by-name; \
+             echo shared > /scratch/from-reader; exec sleep 1000"
         );
         e.create_pod(json!({
             "metadata": {"name": "vols", "labels": {"app": "vols"}},
@@ -818,6 +821,7 @@ fn volumes_and_hosts_are_mounted_where_the_spec_says() {
             "token-present".into(),
             e.ns.name.clone(),
             "1".into(),
+            "api-by-name".into(),
         ] {
             assert!(
                 log.lines().any(|l| l == line),

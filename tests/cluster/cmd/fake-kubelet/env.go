@@ -193,6 +193,13 @@ func containerEnv(r *refs, pod *v1.Pod, podIP string, c *v1.Container, img image
 	return env, own, nil
 }
 
+// The API server's Service, as cluster DNS and the Service would give it:
+// its names, each in the pod's hosts file at the pods' gateway, and its
+// port there, forwarded to the API server's own.
+var apiServiceNames = []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+
+const apiServicePort = 443
+
 // apiServerEnv is where in-cluster clients find the API server. A real
 // kubelet names the `kubernetes` Service's cluster IP; no cluster IP routes
 // anywhere here, so it names the pods' gateway and the API server's own

@@ -225,28 +225,37 @@ func (n *podNetwork) dial(ctx context.Context, network, addr string) (net.Conn, 
 // gateway:port is copied to 127.0.0.1:port. Ports already forwarded stay.
 func (n *podNetwork) forwardNodePorts(ports []int) error {
 	for _, port := range ports {
-		n.mu.Lock()
-		done := n.nodePorts[port]
-		n.mu.Unlock()
-		if done {
-			continue
+		if err := n.forwardNodePort(port, port); err != nil {
+			return err
 		}
-		var l net.Listener
-		var err error
-		addr := net.JoinHostPort(n.gateway.String(), fmt.Sprint(port))
-		if e := n.inNode(context.Background(), func() { l, err = net.Listen("tcp", addr) }); e != nil {
-			return e
-		}
-		if err != nil {
-			return fmt.Errorf("node port %d: %w", port, err)
-		}
-		n.mu.Lock()
-		n.nodePorts[port] = true
-		n.mu.Unlock()
-		klog.InfoS("forwarding a node port to pods", "address", addr, "to", fmt.Sprintf("%s:%d", hostIP, port))
-		target := net.JoinHostPort(hostIP, strconv.Itoa(port))
-		go serve(l, func() (net.Conn, error) { return net.DialTimeout("tcp", target, 5*time.Second) })
 	}
+	return nil
+}
+
+// forwardNodePort copies each connection to gateway:at to
+// 127.0.0.1:port, unless gateway:at is forwarded already.
+func (n *podNetwork) forwardNodePort(at, port int) error {
+	n.mu.Lock()
+	done := n.nodePorts[at]
+	n.mu.Unlock()
+	if done {
+		return nil
+	}
+	var l net.Listener
+	var err error
+	addr := net.JoinHostPort(n.gateway.String(), fmt.Sprint(at))
+	if e := n.inNode(context.Background(), func() { l, err = net.Listen("tcp", addr) }); e != nil {
+		return e
+	}
+	if err != nil {
+		return fmt.Errorf("node port %d: %w", at, err)
+	}
+	n.mu.Lock()
+	n.nodePorts[at] = true
+	n.mu.Unlock()
+	klog.InfoS("forwarding a node port to pods", "address", addr, "to", fmt.Sprintf("%s:%d", hostIP, port))
+	target := net.JoinHostPort(hostIP, strconv.Itoa(port))
+	go serve(l, func() (net.Conn, error) { return net.DialTimeout("tcp", target, 5*time.Second) })
 	return nil
 }
 

@@ -254,6 +254,16 @@ func (w *podWorker) setup(ctx context.Context) error {
 		w.k.net.removePod(ns)
 		return err
 	}
+	// The `kubernetes` Service's port: clients that find the API server
+	// by its name (Kopf's service-account login asks for
+	// https://kubernetes.default.svc) reach it at 443 of the address the
+	// pod's hosts file gives that name.
+	if w.k.apiPort != 0 {
+		if err := w.k.net.forwardNodePort(apiServicePort, w.k.apiPort); err != nil {
+			w.k.net.removePod(ns)
+			return err
+		}
+	}
 	fctx, cancel := context.WithCancel(ctx)
 	for _, c := range w.ctrs {
 		for _, p := range c.spec.Ports {

@@ -216,6 +216,11 @@ func (w *podWorker) hostsFile() string {
 	var b strings.Builder
 	b.WriteString("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 	fmt.Fprintf(&b, "%s\t%s\n", w.ip, name)
+	if w.k != nil && w.k.apiPort != 0 && w.k.net != nil {
+		// What cluster DNS answers for the API server's Service; its
+		// port 443 there is forwarded to the API server (setup).
+		fmt.Fprintf(&b, "%s\t%s\n", w.k.net.gateway, strings.Join(apiServiceNames, "\t"))
+	}
 	if len(w.pod.Spec.HostAliases) > 0 {
 		b.WriteString("\n# Entries added by HostAliases.\n")
 		for _, a := range w.pod.Spec.HostAliases {
