@@ -163,43 +163,7 @@ fn every_shell_block_says_how_it_is_run() {
 /// The blocks no test runs yet, each with what running it needs: the
 /// list only shrinks (an entry that no longer names an unmarked block
 /// fails the test, and a new block needs a marker).
-const NOT_YET_RUN: &[(&str, &str, &str)] = &[
-    (
-        "docs/migration.md",
-        "kubectl get omm -A        # PHASE",
-        "the migration tier running each block as printed",
-    ),
-    (
-        "docs/migration.md",
-        "grep '[:@+~]'",
-        "the migration tier running each block as printed",
-    ),
-    (
-        "docs/migration.md",
-        "--for=delete pod",
-        "the migration tier running each block as printed",
-    ),
-    (
-        "docs/migration.md",
-        "rollout status deployment openmed-operator",
-        "the migration tier running each block as printed",
-    ),
-    (
-        "docs/migration.md",
-        "custom-columns=NAME",
-        "the migration tier running each block as printed",
-    ),
-    (
-        "docs/migration.md",
-        "select(. != \"openmed.ai/release-target\")",
-        "the migration tier running each block as printed",
-    ),
-    (
-        "docs/migration.md",
-        "-f rbac.yaml",
-        "the migration tier running each block as printed",
-    ),
-];
+const NOT_YET_RUN: &[(&str, &str, &str)] = &[];
 
 const SANDBOXES: [&str; 5] = ["examples", "verify", "krm", "kustomize", "system"];
 

@@ -130,6 +130,22 @@ pub fn blocks(doc: &str) -> Vec<Block> {
     out
 }
 
+/// The first shell block of `doc` after its first line that starts (past
+/// its indentation) with `label`: how a tier that walks a page names the
+/// block it runs (`<!-- run by PATH: LABEL -->` on the page).
+pub fn block_after(doc: &str, label: &str) -> Block {
+    let text = std::fs::read_to_string(root().join(doc)).unwrap();
+    let at = text
+        .lines()
+        .position(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("{doc} has no line starting {label:?}"))
+        + 1;
+    blocks(doc)
+        .into_iter()
+        .find(|b| b.line > at && is_shell(&b.lang))
+        .unwrap_or_else(|| panic!("{doc} has no shell block after the line starting {label:?}"))
+}
+
 pub fn is_shell(lang: &str) -> bool {
     matches!(lang, "sh" | "console" | "bash" | "shell")
 }

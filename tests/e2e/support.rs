@@ -542,6 +542,22 @@ pub fn operator_kubeconfig() -> PathBuf {
     .clone()
 }
 
+/// A copy of what the install reads (`crds/`, `deploy/`), so that
+/// `kustomize edit` changes the copy, not the checkout.
+pub fn install_copy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for folder in ["crds", "deploy"] {
+        let status = Command::new("cp")
+            .arg("-R")
+            .arg(root().join(folder))
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "cp -R {folder}");
+    }
+    dir
+}
+
 /// Runs a cached tool build (`tests/canary/build`, `tests/gitops/build`,
 /// `tests/helm/build`) and returns the folder it prints; its progress goes
 /// to the test's stderr.

@@ -165,22 +165,6 @@ fn run_readme_block(dir: &Path, label: &str) {
     );
 }
 
-/// A copy of what the install reads (`crds/`, `deploy/`), so that
-/// `kustomize edit` changes the copy, not the checkout.
-fn install_copy() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for folder in ["crds", "deploy"] {
-        let status = Command::new("cp")
-            .arg("-R")
-            .arg(root().join(folder))
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "cp -R {folder}");
-    }
-    dir
-}
-
 const HOME: &str = "openmed-system";
 const NAME: &str = "openmed-operator";
 

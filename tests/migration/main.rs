@@ -1,17 +1,23 @@
 //! Moving a cluster from the earlier OpenMed operator (Kopf) to openmed-op
-//! and back, with the earlier operator itself: its files, run unchanged
-//! from where the fixture lives (never copied into the project), on Kopf
-//! 1.44.6 from PyPI (`tests/kopf/build`), on a control plane of its own
-//! (`target/migration`: the two operators' RBAC share names, as they do
-//! on a real cluster).
+//! and back, as `docs/migration.md` prints it: each of its blocks, run by
+//! bash in the page's order, on a control plane of its own
+//! (`target/migration`: the two operators' Deployment, ServiceAccount and
+//! RBAC share names, as they do on a real cluster).
 //!
-//! Every step of `docs/migration.md`, in its order and with its commands:
-//! the earlier operator rolls v1 → v2; it stops and openmed-op starts: no
-//! pod replaced, status and retained versions kept, Ready stays; a manual
-//! rollback and a bump work; the way back to the earlier operator keeps
-//! the history; and the resource, deleted while no operator runs with
-//! only the earlier operator's finalizer on it, goes once openmed-op
-//! starts, its Deployment released.
+//! Both operators run in their own pods, as their users install them. The
+//! earlier one is installed from its own files (kept where the fixture
+//! lives, never copied into the project), its image mapped by the test
+//! kubelet to what its Dockerfile builds: Kopf 1.44.6 from PyPI
+//! (`tests/kopf/build`) with its `openmed_operator.py` at `/app`.
+//! openmed-op is installed by the page's own block, from a copy of `crds/`
+//! and `deploy/`, its image mapped to the binary under test.
+//!
+//! The walk: the earlier operator rolls v1 -> v2; the page's checks before
+//! the move; the move (no pod replaced, status and retained versions kept,
+//! Ready stays); a manual rollback and a bump; the way back (the earlier
+//! operator keeps the history); and a resource deleted while no operator
+//! runs, with only the earlier operator's finalizer on it, goes once
+//! openmed-op is installed again, its Deployment released.
 //!
 //! The fixture is found at `OPENMED_KOPF_REFERENCE`, else beside the
 //! checkout at `../shared/reference/openmed-kopf-operator`. Without it the
@@ -26,22 +32,48 @@ mod support;
 #[path = "../e2e/env.rs"]
 mod env;
 
+#[allow(dead_code)]
+#[path = "../e2e/operator_pods.rs"]
+mod operator_pods;
+
+#[allow(dead_code)]
+#[path = "../doc_blocks/mod.rs"]
+mod doc_blocks;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use libtest_mimic::{Arguments, Trial};
 use openmed_op::api::{OpenMedModelStatus, Phase};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use env::{Env, ROLLOUT, deployment_yaml, model_yaml};
+use env::{ROLLOUT, World, deployment_yaml, model_yaml};
 use support::*;
 
-const TEST: &str = "migration::from_the_earlier_operator_and_back";
+const TEST: &str = "migration::from_the_earlier_operator_and_back_as_the_page_prints";
 const EARLIER_FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
+const FINALIZER: &str = "openmed.ai/release-target";
+
+/// The page, and its blocks by the line before each, in the walk's order.
+const PAGE: &str = "docs/migration.md";
+const AT_REST: &str = "1. **Every model at rest.**";
+const NO_REFUSED_VERSION: &str = "2. **No version the service refuses.**";
+const STOP_EARLIER: &str = "1. Stop the earlier operator";
+const INSTALL: &str = "2. Install openmed-op's CRD";
+const CHECK: &str = "3. Check that it took each model over";
+const STOP_OPENMED_OP: &str = "1. Stop openmed-op, wait for its pods to go";
+const EARLIER_AGAIN: &str = "2. Apply the earlier operator's RBAC and Deployment again";
+
+/// The earlier operator's image, as its Deployment names it (any tag).
+const EARLIER_IMAGE: &str = "ghcr.io/maziyarpanahi/openmed-operator";
+
+/// How long one block may take (a rollout status of two operator pods).
+const BLOCK_DEADLINE: Duration = Duration::from_secs(180);
 
 fn main() {
     support::use_cluster_dir(support::root().join("target/migration"));
@@ -73,109 +105,90 @@ fn reference() -> Result<PathBuf, String> {
     }
 }
 
-/// The earlier operator, running as its ServiceAccount, for one namespace.
-struct Earlier {
-    child: Child,
-    log: PathBuf,
+/// Maps the earlier operator's image to what its Dockerfile builds: Kopf
+/// on PATH, `openmed_operator.py` at `/app`, its entrypoint, arguments
+/// and environment.
+async fn map_earlier_image(client: &kube::Client, reference: &Path) {
+    let kopf = built_tools("tests/kopf/build");
+    set_image_map(
+        client,
+        "migration-earlier-operator",
+        &json!({EARLIER_IMAGE: {
+            "entrypoint": ["kopf"],
+            "cmd": ["run", "--standalone", "--all-namespaces", "--log-format=json",
+                    "--liveness=http://0.0.0.0:8080/healthz", "/app/openmed_operator.py"],
+            "env": [
+                format!("PATH={}:/usr/local/bin:/usr/bin:/bin", kopf.join("venv/bin").display()),
+                "HOME=/tmp",
+                "PYTHONUNBUFFERED=1",
+            ],
+            "workingDir": "/app",
+            "files": {"/app/openmed_operator.py": reference.join("openmed_operator.py")},
+        }}),
+    )
+    .await;
 }
 
-impl Earlier {
-    /// `kopf run --standalone --namespace NS openmed_operator.py`, with the
-    /// credentials its README names: a token of its ServiceAccount and the
-    /// cluster's CA, for its own requests and for Kopf's.
-    fn start(reference: &Path, namespace: &str) -> Self {
-        let kopf = built_tools("tests/kopf/build");
-        let (ok, token, err) = kubectl(&[
-            "create",
-            "token",
-            "openmed-operator",
-            "-n",
-            "openmed-system",
-            "--duration=2h",
-        ]);
-        assert!(ok, "a token for the earlier operator: {err}");
-        let dir = cluster_dir();
-        let token_path = dir.join("earlier-operator.token");
-        std::fs::write(&token_path, token.trim()).unwrap();
-        let ca = dir.join("pki/ca.crt");
-        let admin: Value =
-            serde_yaml::from_str(&std::fs::read_to_string(kubeconfig()).unwrap()).unwrap();
-        let server = admin["clusters"][0]["cluster"]["server"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let port = server.rsplit(':').next().unwrap().to_owned();
-        let config = json!({
-            "apiVersion": "v1", "kind": "Config", "current-context": "earlier",
-            "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": ca}}],
-            "users": [{"name": "earlier", "user": {"token": token.trim()}}],
-            "contexts": [{"name": "earlier", "context": {"cluster": "c", "user": "earlier"}}],
-        });
-        let kubeconfig = dir.join("earlier-operator.kubeconfig");
-        std::fs::write(&kubeconfig, serde_yaml::to_string(&config).unwrap()).unwrap();
-        let log = dir.join(format!("logs/earlier-operator-{namespace}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(kopf.join("venv/bin/python"))
-            .args([
-                "-m",
-                "kopf",
-                "run",
-                "--standalone",
-                "--namespace",
-                namespace,
-            ])
-            .arg(reference.join("openmed_operator.py"))
-            .env("KUBECONFIG", &kubeconfig)
-            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-            .env("KUBERNETES_SERVICE_PORT_HTTPS", &port)
-            .env("OPENMED_OPERATOR_TOKEN_PATH", &token_path)
-            .env("OPENMED_OPERATOR_CA_PATH", &ca)
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("the earlier operator starts");
-        Earlier { child, log }
-    }
-
-    fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Runs the page's block after `label` in `dir` with bash (`set -e`, so
+/// the first failing command fails it), kubectl, kustomize and openmed-op
+/// first on PATH and the admin's KUBECONFIG; returns what it printed.
+fn run_page_block(dir: &Path, label: &str) -> String {
+    let block = doc_blocks::block_after(PAGE, label);
+    eprintln!("migration: {} ({label:?}):\n{}", block.at(), block.body);
+    let kustomize = built_tools("tests/gitops/build");
+    let path = format!(
+        "{}:{}:{}:{}",
+        kubectl_binary().parent().unwrap().display(),
+        kustomize.display(),
+        Path::new(binary()).parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut bash = Command::new("bash");
+    bash.args(["-euo", "pipefail", "-c", &block.body])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("KUBECONFIG", kubeconfig());
+    let log = cluster_dir().join("logs/migration-block.log");
+    let (ok, output) = doc_blocks::run_logged(bash, &log, BLOCK_DEADLINE);
+    assert!(
+        ok,
+        "{}: the block after {label:?} failed:\n{output}",
+        block.at()
+    );
+    output
 }
 
-impl Drop for Earlier {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Installs the earlier operator's RBAC from its own files, as its users
-/// did (docs/migration.md, the way back).
-fn install_earlier_rbac(reference: &Path) {
-    for file in [
-        "namespace.yaml",
-        "service-account.yaml",
-        "rbac.yaml",
-        "role-binding.yaml",
+/// The user's models repository: the resource as Git has it.
+fn models_repository(model: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("models")).unwrap();
+    std::fs::write(dir.path().join("models/openmed-service.yaml"), model).unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-qm",
+            "models",
+        ],
     ] {
-        let path = reference.join(file);
-        let (ok, _, err) = kubectl(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            path.to_str().unwrap(),
-        ]);
-        assert!(ok, "kubectl apply -f {file}: {err}");
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
     }
+    dir
 }
 
 /// The UIDs of the namespace's pods.
-async fn pod_uids(env_client: &kube::Client, namespace: &str) -> BTreeSet<String> {
-    let pods: Api<Pod> = Api::namespaced(env_client.clone(), namespace);
+async fn pod_uids(client: &kube::Client, namespace: &str) -> BTreeSet<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     pods.list(&ListParams::default())
         .await
         .unwrap()
@@ -210,7 +223,7 @@ fn ready_at(status: &OpenMedModelStatus, version: &str) -> bool {
 
 /// Waits until openmed-op's finalizer is on the resource `svc`: it has
 /// taken the resource over.
-async fn taken_over(models: &Api<kube::api::DynamicObject>, what: &str) {
+async fn taken_over(models: &Api<DynamicObject>, what: &str) {
     wait_until(
         what,
         ROLLOUT,
@@ -226,10 +239,51 @@ async fn taken_over(models: &Api<kube::api::DynamicObject>, what: &str) {
 fn from_the_earlier_operator_and_back(reference: PathBuf) {
     block_on(async {
         let client = admin().await;
+        map_earlier_image(&client, &reference).await;
+        operator_pods::map_operator_image(&client, "migration-openmed-op").await;
+
+        // The cluster as its admin left it: the earlier operator, installed
+        // from its own files. Its own CRD is not structural, which a
+        // current API server refuses; the cluster holds openmed-op's, the
+        // same fields and rules in the form it takes (docs/migration.md).
         install_crd(&client).await;
-        install_earlier_rbac(&reference);
+        let files: Vec<String> = [
+            "namespace.yaml",
+            "service-account.yaml",
+            "rbac.yaml",
+            "role-binding.yaml",
+            "deployment.yaml",
+        ]
+        .iter()
+        .map(|f| reference.join(f).display().to_string())
+        .collect();
+        let mut apply = vec!["apply", "--server-side"];
+        for file in &files {
+            apply.extend(["-f", file.as_str()]);
+        }
+        let (ok, _, err) = kubectl(&apply);
+        assert!(ok, "kubectl apply (the earlier operator's files): {err}");
+        let (ok, _, err) = kubectl(&[
+            "-n",
+            "openmed-system",
+            "rollout",
+            "status",
+            "deployment",
+            "openmed-operator",
+            "--timeout=120s",
+        ]);
+        assert!(ok, "the earlier operator's pod: {err}");
+
         let ns = TestNamespace::create(&client, "migration").await;
         let name = ns.name.clone();
+        let world = World::of(
+            client.clone(),
+            ns,
+            format!(
+                "the operators' pods, under {}",
+                cluster_dir().join("kubelet").display()
+            ),
+        );
         // The earlier operator requires replicas and the strategy type.
         let extra = "  rolloutStrategy:\n    type: RollingUpdate\n";
         let (v1, v2, v3) = (
@@ -237,21 +291,10 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
             format!("OpenMed/v2-{name}"),
             format!("OpenMed/v3-{name}"),
         );
-        apply_yaml(
-            &client,
-            Some(&name),
-            &deployment_yaml("svc", "openmed-service", "boot"),
-            "e2e-user",
-        )
-        .await;
-        apply_yaml(
-            &client,
-            Some(&name),
-            &model_yaml("svc", &v1, extra),
-            "e2e-user",
-        )
-        .await;
-        let models: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        world
+            .apply(&deployment_yaml("svc", "openmed-service", "boot"))
+            .await;
+        let models: Api<DynamicObject> = Api::namespaced_with(
             client.clone(),
             &name,
             &kube::api::ApiResource::erase::<openmed_op::api::OpenMedModel>(&()),
@@ -277,22 +320,16 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
             }
         };
 
-        // 1. The earlier operator rolls v1, then v2.
-        let earlier = Earlier::start(&reference, &name);
-        let log = earlier.log.clone();
+        // The earlier operator rolls v1, then v2.
+        world.apply(&model_yaml("svc", &v1, extra)).await;
         let first = v1.clone();
         status(
             "the earlier operator to roll out v1",
             Box::new(move |s| ready_at(s, &first)),
         )
         .await;
-        apply_yaml(
-            &client,
-            Some(&name),
-            &model_yaml("svc", &v2, extra),
-            "e2e-user",
-        )
-        .await;
+        let model_v2 = model_yaml("svc", &v2, extra);
+        world.apply(&model_v2).await;
         let second = v2.clone();
         let by_earlier = status(
             "the earlier operator to roll out v2",
@@ -302,25 +339,36 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
         assert_eq!(
             retained(&by_earlier),
             (Some(v2.clone()), Some(v1.clone())),
-            "the earlier operator's history (log {})",
-            log.display()
+            "the earlier operator's history"
         );
 
-        // 2. It stops; openmed-op (its RBAC, same names) starts.
-        earlier.stop();
+        // Before you start: at rest, and no version the service refuses.
+        // The user's models repository, and their copy of openmed-op's
+        // checkout (the install edits its kustomization).
+        let repository = models_repository(&model_v2);
+        let user = install_copy();
+        let out = run_page_block(user.path(), AT_REST);
+        assert!(
+            out.lines()
+                .any(|l| l.contains(&name) && l.contains("Ready")),
+            "the model is listed at rest:\n{out}"
+        );
+        let out = run_page_block(repository.path(), NO_REFUSED_VERSION);
+        assert!(!out.contains("error["), "no version is refused:\n{out}");
+
+        // The move: the earlier operator stops, openmed-op is installed.
+        run_page_block(user.path(), STOP_EARLIER);
         let pods_before = pod_uids(&client, &name).await;
-        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
-            Api::namespaced(client.clone(), &name);
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &name);
         let template_before = deployments.get("svc").await.unwrap().spec.unwrap().template;
-        operator_kubeconfig(); // installs deploy/operator
-        let mut env = Env::of(client.clone(), ns, Operator::start(&name, &[]));
+        run_page_block(user.path(), INSTALL);
         taken_over(
             &models,
             "openmed-op to take the resource over (its finalizer)",
         )
         .await;
         let second = v2.clone();
-        let adopted = env
+        let adopted = world
             .wait_status("svc", "openmed-op to report v2 Ready", move |s| {
                 ready_at(s, &second) && s.observed_generation.is_some()
             })
@@ -340,40 +388,35 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
             pods_before,
             "no pod was replaced"
         );
+        let out = run_page_block(user.path(), CHECK);
+        let row = out
+            .lines()
+            .find(|l| l.starts_with("svc "))
+            .unwrap_or_else(|| panic!("the resource's row:\n{out}"));
+        for want in [FINALIZER, EARLIER_FINALIZER, &v2, &v1] {
+            assert!(row.contains(want), "{want} in its row:\n{out}");
+        }
 
-        // 3. A manual rollback and a bump.
-        env.annotate("svc", "openmed.ai/rollback-to", Some(&v1))
+        // A manual rollback and a bump.
+        world
+            .annotate("svc", "openmed.ai/rollback-to", Some(&v1))
             .await;
-        env.wait_manual_rollback("svc", &v1).await;
-        env.annotate("svc", "openmed.ai/rollback-to", None).await;
-        env.set_spec("svc", json!({"version": v3})).await;
-        let after = env.wait_ready("svc", &v3).await;
-        let (last, _) = retained(&after);
-        assert_eq!(last.as_deref(), Some(v3.as_str()));
+        world.wait_manual_rollback("svc", &v1).await;
+        world.annotate("svc", "openmed.ai/rollback-to", None).await;
+        world.set_spec("svc", json!({"version": v3})).await;
+        let after = world.wait_ready("svc", &v3).await;
+        assert_eq!(retained(&after).0.as_deref(), Some(v3.as_str()));
 
-        // 4. The way back: openmed-op stops, its finalizer is taken off,
-        // the earlier operator's RBAC and the operator return.
-        env.operator.kill();
-        let finalizers: Vec<String> = models
-            .get("svc")
-            .await
-            .unwrap()
-            .metadata
-            .finalizers
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|f| f != "openmed.ai/release-target")
-            .collect();
-        models
-            .patch(
-                "svc",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
-            )
-            .await
-            .unwrap();
-        install_earlier_rbac(&reference);
-        let earlier = Earlier::start(&reference, &name);
+        // The way back: openmed-op stops, its finalizer comes off, and the
+        // earlier operator's files are applied again, from its folder.
+        run_page_block(user.path(), STOP_OPENMED_OP);
+        let finalizers = models.get("svc").await.unwrap().metadata.finalizers;
+        assert_eq!(
+            finalizers.as_deref(),
+            Some(&[EARLIER_FINALIZER.to_owned()][..]),
+            "only the earlier operator's finalizer is left"
+        );
+        run_page_block(&reference, EARLIER_AGAIN);
         let third = v3.clone();
         let back = status(
             "the earlier operator to keep v3 Ready",
@@ -389,62 +432,29 @@ fn from_the_earlier_operator_and_back(reference: PathBuf) {
             back.previous_successful_spec.is_some(),
             "the previous version is kept too: {back:?}"
         );
-        earlier.stop();
 
-        // 5. The resource deleted while no operator runs, so with only the
-        // earlier operator's finalizer on it (deleted between stopping that
-        // operator and starting openmed-op): it waits for openmed-op, which
+        // A resource deleted while no operator runs (the earlier one
+        // stopped, openmed-op not yet installed), so with only the earlier
+        // operator's finalizer on it: it waits for openmed-op, which
         // releases the Deployment and lets it go.
-        let on_it = models.get("svc").await.unwrap().metadata.finalizers;
-        assert_eq!(
-            on_it.as_deref(),
-            Some(&[EARLIER_FINALIZER.to_owned()][..]),
-            "only the earlier operator's finalizer is on the resource"
-        );
+        run_page_block(user.path(), STOP_EARLIER);
         models
             .delete("svc", &DeleteParams::default())
             .await
             .unwrap();
+        let held = models.get("svc").await.unwrap().metadata;
         assert!(
-            models
-                .get("svc")
-                .await
-                .unwrap()
-                .metadata
-                .deletion_timestamp
-                .is_some(),
-            "held by the earlier operator's finalizer"
+            held.deletion_timestamp.is_some(),
+            "held by the earlier operator's finalizer: {held:?}"
         );
-        install_operator(); // the earlier operator's RBAC had replaced it
-        env.operator = Operator::start(&name, &[]);
-        let gone = tokio::time::timeout(Duration::from_secs(120), async {
-            while models.get_opt("svc").await.unwrap().is_some() {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        })
-        .await;
-        if gone.is_err() {
-            let (_, deployment, _) = kubectl(&[
-                "get",
-                "deployment",
-                "svc",
-                "-n",
-                &name,
-                "-o",
-                "yaml",
-                "--show-managed-fields",
-            ]);
-            panic!(
-                "the deletion did not complete in 120 s (operator log {}); the Deployment:\n{deployment}",
-                env.operator.log.display()
-            );
-        }
+        run_page_block(user.path(), INSTALL);
+        world.wait_model_gone("svc", Duration::from_secs(120)).await;
         let released = deployments.get("svc").await.unwrap();
         let annotations = released.metadata.annotations.unwrap_or_default();
         assert!(
             !annotations.contains_key("openmed.ai/model-resource"),
             "released: {annotations:?}"
         );
-        env.finish().await;
+        world.finish().await;
     });
 }
