@@ -3,13 +3,12 @@
 //! (`target/quickstart/<variant>`, so the suite's own is untouched; they
 //! start first and run beside the other trials, mostly waiting), with
 //! the binary under test as `OPENMED_OP` (the script would otherwise
-//! build a release one). The walk on the real stack (`--real`) is not run
-//! here yet: beside the other trials of a cold CI run, its Envoy pod's
-//! shutdown-manager started before the test kubelet had the workload's
-//! image map, and crash-looped (tests/doc_commands.rs, `NOT_YET_RUN`). Each must succeed, and the transcripts docs/tour.md
-//! and docs/canary.md print must be what it printed (clock times and ages
-//! compared by shape; a line `...` in the page stands for the status lines
-//! a half-second sampling may or may not catch).
+//! build a release one). The walk on the real stack (`--real`) runs in
+//! the stack suite, on its stack (tests/stack/quickstart.rs). Each must
+//! succeed, and the transcripts docs/tour.md and docs/canary.md print must
+//! be what it printed (clock times and ages compared by shape; a line
+//! `...` in the page stands for the status lines a half-second sampling
+//! may or may not catch).
 
 use std::process::Command;
 use std::time::Duration;

@@ -6,7 +6,8 @@
 //! The harness brings the stack up once in `target/workload` (or reuses a
 //! running one), runs the tests, each in its own namespace with its own
 //! operator and its own route (`/<namespace>/...` on the shared Gateway),
-//! and takes the stack down again if it brought it up.
+//! and takes the stack down again if it brought it up. README's
+//! `examples/quickstart --real` walks on the same stack (tests/stack/quickstart.rs).
 
 // Shared with the end-to-end and chaos suites; this one uses a part.
 #[allow(dead_code)]
@@ -31,6 +32,7 @@ mod app;
 mod crash;
 mod ports;
 mod quality;
+mod quickstart;
 mod recreate;
 mod retry;
 mod rollout;
@@ -48,6 +50,7 @@ fn main() {
     trials.extend(quality::trials());
     trials.extend(ports::trials());
     trials.extend(retry::trials());
+    trials.extend(quickstart::trials());
     let any_selected = trials.iter().any(|t| support::selected(&args, t.name()));
     let started = any_selected && !args.list && app::start_stack();
     let conclusion = libtest_mimic::run(&args, trials);
