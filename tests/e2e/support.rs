@@ -544,6 +544,7 @@ pub fn operator_kubeconfig() -> PathBuf {
 
 /// A copy of what the install reads (`crds/`, `deploy/`), so that
 /// `kustomize edit` changes the copy, not the checkout.
+#[allow(dead_code)] // the install and migration tiers
 pub fn install_copy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for folder in ["crds", "deploy"] {
