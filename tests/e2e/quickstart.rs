@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::doc_blocks::{
-    blocks, commands, is_shell, matches, normalize, root, run_logged, strip_comment, transcript,
+    block_after, blocks, commands, matches, normalize, root, run_logged, strip_comment, transcript,
 };
 use crate::trial;
 
@@ -39,16 +39,7 @@ const DEADLINE: Duration = Duration::from_secs(300);
 
 /// The command of README's block whose flag is `flag` (none: the plain one).
 fn readme_command(flag: Option<&str>) -> String {
-    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let at = text
-        .lines()
-        .position(|l| l.starts_with(LABEL))
-        .expect("README.md has the quick start's label")
-        + 1;
-    let block = blocks("README.md")
-        .into_iter()
-        .find(|b| b.line > at && is_shell(&b.lang))
-        .expect("a shell block after the label");
+    let block = block_after("README.md", LABEL);
     commands(&block)
         .into_iter()
         .map(|c| strip_comment(&c))

@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::doc_blocks::{blocks, commands, is_shell, run_logged, strip_comment};
+use crate::doc_blocks::{block_after, commands, run_logged, strip_comment};
 use crate::support::*;
 
 pub fn trials() -> Vec<libtest_mimic::Trial> {
@@ -26,16 +26,7 @@ const DEADLINE: Duration = Duration::from_secs(420);
 
 /// The one command of README's block after [`LABEL`].
 fn readme_command() -> String {
-    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let at = text
-        .lines()
-        .position(|l| l.starts_with(LABEL))
-        .expect("README.md has the real walk's label")
-        + 1;
-    let block = blocks("README.md")
-        .into_iter()
-        .find(|b| b.line > at && is_shell(&b.lang))
-        .expect("a shell block after the label");
+    let block = block_after("README.md", LABEL);
     let mut lines = commands(&block);
     assert_eq!(lines.len(), 1, "{}: one command", block.at());
     strip_comment(&lines.remove(0))
